@@ -1,0 +1,305 @@
+"""dispatchlab's only settings module: every value comes from a DISPATCHLAB_* environment variable.
+
+The defaults need no services (a SQLite file and kombu's filesystem broker under DISPATCHLAB_DATA_DIR);
+production sets DISPATCHLAB_DATABASE_URL (PostgreSQL) and DISPATCHLAB_BROKER_URL (Redis). A value that
+cannot be read fails at start-up with ImproperlyConfigured naming the variable, never later.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}, use 'true' or 'false'")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}, expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={value} is below the minimum {minimum}")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"Unexpected value {name}={raw!r}, expected a number") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_json(name: str, default: dict[str, Any]) -> dict[str, Any]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object")
+    return value
+
+
+def env_secret(name: str) -> str | None:
+    """The value of NAME, or the contents of the file named by NAME_FILE (Docker secrets)."""
+    if name in os.environ:
+        return os.environ[name]
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        try:
+            return Path(file_name).read_text().strip()
+        except OSError as error:
+            raise ImproperlyConfigured(f"{name}_FILE={file_name!r} cannot be read: {error}") from None
+    return None
+
+
+DATA_DIR = Path(env_str("DISPATCHLAB_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DEBUG = env_bool("DISPATCHLAB_DEBUG", False)
+
+
+def _secret_key() -> str:
+    configured = env_secret("DISPATCHLAB_SECRET_KEY")
+    if configured:
+        return configured
+    # Without a configured key, keep one next to the data so sessions survive a restart of the
+    # embedded setup. Production sets DISPATCHLAB_SECRET_KEY (every web process must share it).
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(50)
+        path.write_text(key)
+        path.chmod(0o600)
+        return key
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("DISPATCHLAB_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DISPATCHLAB_CSRF_TRUSTED_ORIGINS", [])
+if env_bool("DISPATCHLAB_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "dispatchlab.reports",
+    "dispatchlab.api",
+]
+# The pages (W2's app) are optional so the API and the worker also run from a checkout without them.
+if importlib.util.find_spec("dispatchlab.front") is not None:
+    INSTALLED_APPS.append("dispatchlab.front")
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dispatchlab.config.urls"
+WSGI_APPLICATION = "dispatchlab.config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ---- database ----
+_DEFAULT_DATABASE_URL = f"sqlite:///{DATA_DIR / 'dispatchlab.sqlite3'}"
+_database_url = env_str("DISPATCHLAB_DATABASE_URL", _DEFAULT_DATABASE_URL)
+try:
+    _database = dj_database_url.parse(_database_url, conn_max_age=env_int("DISPATCHLAB_DB_CONN_MAX_AGE", 60))
+except ValueError as error:
+    raise ImproperlyConfigured(f"DISPATCHLAB_DATABASE_URL cannot be read: {error}") from None
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    if _database["NAME"] != ":memory:":
+        Path(_database["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The web server and the worker write the same file: WAL lets readers run beside a writer,
+    # IMMEDIATE transactions take the write lock up front instead of failing half-way.
+    _database["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    _database["CONN_MAX_AGE"] = 0
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("DISPATCHLAB_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+# ---- files ----
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(env_str("DISPATCHLAB_STATIC_ROOT", str(DATA_DIR / "static")))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+MEDIA_URL = "/media/"
+MEDIA_ROOT = Path(env_str("DISPATCHLAB_MEDIA_ROOT", str(DATA_DIR / "media"))).resolve()
+# Uploads are kept as they arrived through any Django storage (S3 and friends in production);
+# the worker's normalised text copy and line index always live under MEDIA_ROOT.
+STORAGES = {
+    "default": {
+        "BACKEND": env_str("DISPATCHLAB_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage"),
+        "OPTIONS": env_json("DISPATCHLAB_STORAGE_OPTIONS", {}),
+    },
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedStaticFilesStorage"
+        ),
+    },
+}
+DISPATCHLAB_MAX_UPLOAD_BYTES = env_int("DISPATCHLAB_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
+# Larger uploads stream to a temporary file instead of memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
+FILE_UPLOAD_PERMISSIONS = 0o640
+
+# ---- the parsing pipeline ----
+# A parse slower than this is stopped and the report marked failed (soft), then killed (hard).
+DISPATCHLAB_TASK_SOFT_TIME_LIMIT = env_int("DISPATCHLAB_TASK_SOFT_TIME_LIMIT", 1800, minimum=1)
+DISPATCHLAB_TASK_TIME_LIMIT = env_int(
+    "DISPATCHLAB_TASK_TIME_LIMIT", DISPATCHLAB_TASK_SOFT_TIME_LIMIT + 60, minimum=1
+)
+# A claim whose heartbeat (progress updates) is older than this belongs to a dead worker.
+DISPATCHLAB_STALE_CLAIM_SECONDS = env_int("DISPATCHLAB_STALE_CLAIM_SECONDS", 300, minimum=1)
+# A report whose worker died this many times is marked failed instead of being tried again.
+DISPATCHLAB_MAX_ATTEMPTS = env_int("DISPATCHLAB_MAX_ATTEMPTS", 3, minimum=1)
+DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS = env_int("DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS", 300, minimum=1)
+
+# ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
+_DEFAULT_BROKER_DIR = DATA_DIR / "broker"
+BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = BROKER_URL
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+if BROKER_URL.startswith("filesystem://"):
+    for _folder in ("queue", "processed", "control"):
+        (_DEFAULT_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_DEFAULT_BROKER_DIR / "queue"),
+        "data_folder_out": str(_DEFAULT_BROKER_DIR / "queue"),
+        "processed_folder": str(_DEFAULT_BROKER_DIR / "processed"),
+        "control_folder": str(_DEFAULT_BROKER_DIR / "control"),
+        "store_processed": False,
+        "polling_interval": env_float("DISPATCHLAB_BROKER_POLL_SECONDS", 0.05),
+    }
+elif BROKER_URL.startswith(("redis://", "rediss://")):
+    # An unacknowledged (acks_late) message comes back after this long: above the hard time limit,
+    # so a long parse is never handed to a second worker while the first still runs.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": DISPATCHLAB_TASK_TIME_LIMIT + 600}
+CELERY_BROKER_TRANSPORT_OPTIONS.update(env_json("DISPATCHLAB_BROKER_OPTIONS", {}))
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = env_str("DISPATCHLAB_QUEUE", "dispatchlab")
+CELERY_TASK_ALWAYS_EAGER = env_bool("DISPATCHLAB_EAGER_TASKS", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True  # status lives on the Report row: no result backend
+# A task is acknowledged when it ends and given back when its process dies, so a killed worker's
+# report is parsed again; the claim on the Report row keeps that safe.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_SOFT_TIME_LIMIT = DISPATCHLAB_TASK_SOFT_TIME_LIMIT
+CELERY_TASK_TIME_LIMIT = DISPATCHLAB_TASK_TIME_LIMIT
+# Parses are long and uneven: a worker process takes one message at a time.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_ROUTES = {
+    "reports.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    # The GPU worker (python -m worker) is fed by name on its own queues.
+    "gpu.*": {"queue": "gpu"},
+}
+# Safety net for messages a broker lost: re-enqueue reports stuck in queued/parsing.
+CELERY_BEAT_SCHEDULE = {
+    "requeue-stale-reports": {
+        "task": "reports.requeue_stale",
+        "schedule": float(max(60, DISPATCHLAB_STALE_CLAIM_SECONDS // 2)),
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+# ---- logging ----
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("DISPATCHLAB_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

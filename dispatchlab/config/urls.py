@@ -1,0 +1,17 @@
+"""URLs: the JSON API, the admin, login/logout, and the pages (dispatchlab.front) at /."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from django.contrib import admin
+from django.urls import URLPattern, URLResolver, include, path
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("api/", include("dispatchlab.api.urls")),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+]
+
+if importlib.util.find_spec("dispatchlab.front.urls") is not None:
+    urlpatterns.append(path("", include("dispatchlab.front.urls")))
