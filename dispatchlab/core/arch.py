@@ -1,0 +1,108 @@
+"""GPU architecture from compute capability, GPU names and arch strings in a log."""
+
+from __future__ import annotations
+
+import re
+
+# First match wins; names are tested with "_" replaced by " ".
+_GPU_NAME_TABLE: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(p, re.I), arch)
+    for p, arch in [
+        (r"\bGB10\b|DGX Spark", "sm_121"),
+        (r"RTX PRO \d+ Blackwell|RTX PRO 6000|RTX 50\d0|RTX 5090|Blackwell Max-Q|Blackwell Server Edition|"
+         r"Blackwell Workstation|GeForce RTX 50", "sm_120"),
+        (r"\bThor\b", "sm_110"),
+        (r"\bG?B300\b", "sm_103"),
+        (r"\bG?B200\b|\bB100\b", "sm_100"),
+        (r"\bG?H100\b|\bH200\b|\bH800\b|\bH20\b|\bGH200\b|\bH100 NVL\b", "sm_90"),
+        (r"\bL40S?\b|\bL4\b|\bL20\b|RTX 40\d0|RTX 6000 Ada|RTX \d+ Ada", "sm_89"),
+        (r"\bOrin\b", "sm_87"),
+        (r"\bA10G?\b|\bA40\b|\bA16\b|\bA2\b|RTX 30\d0|RTX A\d+|\bA6000\b", "sm_86"),
+        (r"\bA100\b|\bA800\b|\bA30\b", "sm_80"),
+        (r"\bT4\b|RTX 20\d0|Quadro RTX|TITAN RTX", "sm_75"),
+        (r"\bV100\b|TITAN V", "sm_70"),
+        (r"\bP100\b", "sm_60"),
+        (r"MI355|MI350", "gfx950"),
+        (r"MI300|MI325", "gfx942"),
+        (r"MI250|MI210", "gfx90a"),
+    ]
+]
+
+ROCM_NAME = re.compile(r"\bMI\d{3}|Instinct|Radeon|gfx\d", re.I)
+
+
+def arch_from_gpu_name(name: str | None) -> str | None:
+    if not name:
+        return None
+    probe = name.replace("_", " ")
+    for pattern, arch in _GPU_NAME_TABLE:
+        if pattern.search(probe):
+            return arch
+    return None
+
+
+def arch_from_capability(capability: str | None, *, rocm: bool = False) -> str | None:
+    """'12.0' -> 'sm_120'. ROCm reports gfx90a as 9.0: never read that as Hopper."""
+    if not capability or rocm:
+        return None
+    m = re.match(r"^\s*(\d{1,2})\.(\d)\s*$", capability)
+    if not m:
+        return None
+    return f"sm_{int(m.group(1))}{m.group(2)}"
+
+
+def normalise_arch(token: str) -> str | None:
+    """'sm_120', 'sm120a', 'SM 120', 'Sm100', 'sm100f', 'compute_90' -> 'sm_120' / 'sm_100' / 'sm_90'."""
+    m = re.search(r"(?:sm|compute)[ _]?(\d{2,3})[afk]?", token, re.I)
+    if not m:
+        return None
+    return f"sm_{m.group(1)}"
+
+
+def capability_of(arch: str | None) -> str | None:
+    if not arch or not arch.startswith("sm_"):
+        return None
+    digits = arch[3:]
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+# Statements about the device itself (strong) vs arch strings that may name a kernel's target (weak).
+DEVICE_STATEMENTS = [
+    re.compile(r"[Cc]urrent device has SM ?(?P<n>\d{2,3})"),
+    re.compile(r"with CUDA capability (?P<tok>sm_\d{2,3})"),
+    re.compile(r"(?:compute capability|CUDA capability|Compute Capability)[ :=]+(?P<cc>\d{1,2}\.\d)\b"),
+    re.compile(r"capability \((?P<maj>\d{1,2}), (?P<min>\d)\)"),
+    re.compile(r"(?:not runnable|no kernels runnable) on (?P<tok>sm\d{2,3})"),
+    re.compile(r"\bgot SM ?(?P<n>\d{2,3})\b"),
+    re.compile(r"(?:on|for) this GPU \((?P<tok>SM\d{2,3})\)"),
+    re.compile(r"detected (?:GPU )?(?:arch(?:itecture)? )?(?P<tok>sm_\d{2,3})", re.I),
+]
+WEAK_ARCH = re.compile(r"\b(?:sm_?1[0-2]\d[af]?|sm_?[5-9]\d[af]?)\b|Sm1[0-2]\d[af]?Kernel|/1[0-2]\d[af]/", re.I)
+
+
+def arch_from_statement(msg: str) -> str | None:
+    for pattern in DEVICE_STATEMENTS:
+        m = pattern.search(msg)
+        if not m:
+            continue
+        groups = m.groupdict()
+        if groups.get("n"):
+            n = groups["n"]
+            return f"sm_{n}" if len(n) >= 2 else None
+        if groups.get("tok"):
+            return normalise_arch(groups["tok"])
+        if groups.get("cc"):
+            return arch_from_capability(groups["cc"])
+        if groups.get("maj"):
+            return f"sm_{groups['maj']}{groups['min']}"
+    return None
+
+
+def weak_arch_hint(msg: str) -> str | None:
+    m = WEAK_ARCH.search(msg)
+    if not m:
+        return None
+    token = m.group(0)
+    if token.startswith("/"):
+        return f"sm_{token.strip('/')[:3]}"
+    return normalise_arch(token)

@@ -1,0 +1,138 @@
+"""Line prefixes of the servers and the wrappers around them, stripped while keeping the rank.
+
+SGLang:  `[2026-01-28 20:52:56 DP1 TP3 EP3] msg` (tags order-free, absent when their size is 1)
+vLLM:    `(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [file.py:751] msg`, `(VllmWorker rank=N pid=P) ...`
+Wrappers: docker compose `name  | `, kubectl/docker `2026-...Z `, torchrun `[rank0]:`, Ray `(SGLangEngine pid=N)`,
+TRT-LLM `[TRT-LLM] [I]`, syslog.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_WRAPPERS = [
+    re.compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "
+    re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s"),  # docker logs -t
+    re.compile(r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ [^:\[\s]+(?:\[\d+\])?: "),  # syslog
+    re.compile(r"^\s*Line \d+: "),
+]
+_TORCHRUN = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")
+_RAY = re.compile(r"^\((?P<actor>[A-Za-z]\w*) pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s*")
+_SGL = re.compile(
+    r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](?P<ms>\d{1,6}))?"
+    r"(?P<ranks>(?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)\d+)*)\]\s?"
+    r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<src>[\w./-]+\.py:\d+):\s+)?)?"
+)
+_VLLM = re.compile(
+    r"^(?:\((?P<proc>[^()]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)\)\s+)?"
+    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
+    r"\[(?P<src>[^\]]+?)(?::(?P<lineno>\d+))?\] ?"
+)
+_VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[A-Za-z][\w]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)\)\s?")
+_TRTLLM = re.compile(
+    r"^(?:\[(?P<ts>\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\] )?\[TRT-LLM\](?: \[RANK (?P<rank>\d+)\])? \[(?P<lvl>[A-Z])\]\s?"
+)
+_PY_LOGGING = re.compile(
+    r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{3})? - (?P<level>[A-Z]+) - (?:[\w.]+:\d+ - )?"
+)
+_PLAIN_LEVEL_TS = re.compile(
+    r"^(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})\S*\s+"
+)
+_RANK_TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
+_VLLM_TAGS = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
+
+LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "WARN": "WARNING"}
+
+
+@dataclass(slots=True)
+class Line:
+    number: int
+    raw: str
+    msg: str
+    time: str | None = None  # ISO-8601 (vLLM lines have no year: "MM-DDTHH:MM:SS" prefixed by "0000-")
+    rank: str | None = None  # "TP3", "DP1 TP3 EP3", "Worker_TP4_EP4", "rank0"
+    level: str | None = None
+    style: str = "plain"  # "sglang" | "vllm" | "trtllm" | "plain"
+    prefixed: bool = False
+
+
+def _sglang_rank(tags: str) -> str | None:
+    found = _RANK_TAG.findall(tags)
+    if not found:
+        return None
+    order = {"DP": 0, "PP": 1, "ATTN_CP": 2, "MOE_DP": 3, "CP": 3, "TP": 4, "EP": 5}
+    return " ".join(f"{k}{v}" for k, v in sorted(found, key=lambda kv: order.get(kv[0], 9)))
+
+
+def vllm_rank(proc: str | None, vrank: str | None) -> str | None:
+    if not proc:
+        return None
+    if vrank is not None:
+        return f"{proc} rank={vrank}" if proc != "VllmWorker" else f"VllmWorker rank={vrank}"
+    return proc
+
+
+def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
+    """Strip the known prefixes of one line (already decoded, without newline)."""
+    text = raw
+    rank: str | None = None
+    for _ in range(3):
+        for wrapper in _WRAPPERS:
+            m = wrapper.match(text)
+            if m and len(m.group(0)) < len(text):
+                text = text[m.end() :]
+                break
+        else:
+            break
+    m = _TORCHRUN.match(text)
+    if m:
+        rank = f"rank{m.group(1)}"
+        text = text[m.end() :]
+    actor = _RAY.match(text)
+    if actor and not text.startswith("(Worker") and "pid=" in actor.group(0):
+        after = text[actor.end() :]
+        if after.startswith("[") or after.startswith(("INFO", "WARNING", "ERROR", "DEBUG")):
+            text = after
+    m = _SGL.match(text)
+    if m:
+        ts = m.group("ts").replace(" ", "T")
+        if m.group("ms"):
+            ts += "." + m.group("ms")
+        return Line(
+            number, raw, text[m.end() :], ts, _sglang_rank(m.group("ranks")) or rank, m.group("level"),
+            "sglang", True,
+        )
+    m = _VLLM.match(text)
+    if m:
+        year = year_hint or "0000"
+        ts = f"{year}-{m.group('md')}T{m.group('hms')}"
+        return Line(
+            number, raw, text[m.end() :], ts, vllm_rank(m.group("proc"), m.group("vrank")) or rank,
+            LEVELS.get(m.group("level"), m.group("level")), "vllm", True,
+        )
+    m = _VLLM_PROC_ONLY.match(text)
+    if m:
+        rest = text[m.end() :]
+        return Line(number, raw, rest, None, vllm_rank(m.group("proc"), m.group("vrank")) or rank, None, "vllm", True)
+    m = _TRTLLM.match(text)
+    if m:
+        ts = None
+        if m.group("ts"):
+            mdy, hms = m.group("ts").split("-", 1)
+            mo, dd, yy = mdy.split("/")
+            ts = f"{yy}-{mo}-{dd}T{hms}"
+        return Line(
+            number, raw, text[m.end() :], ts, f"rank{m.group('rank')}" if m.group("rank") else rank,
+            LEVELS.get(m.group("lvl"), None), "trtllm", True,
+        )
+    m = _PY_LOGGING.match(text) or _PLAIN_LEVEL_TS.match(text)
+    if m:
+        return Line(number, raw, text[m.end() :], m.group("ts").replace(" ", "T"), rank, m.group("level"), "plain", True)
+    return Line(number, raw, text, None, rank, None, "plain", rank is not None)
+
+
+def vllm_rank_tags(rank: str | None) -> dict[str, str]:
+    if not rank:
+        return {}
+    return dict(_VLLM_TAGS.findall("_" + rank.split(" ")[0]))

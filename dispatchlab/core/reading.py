@@ -1,0 +1,355 @@
+"""Reading logs: plain text, .gz, .zip of several logs, stdin; streamed in line-aligned chunks.
+
+Every input problem becomes a LogReadError with a one-line reason; nothing here raises anything else
+for a bad file. Decoding is left to the caller (bytes in, bytes out) so the hot loop stays in C.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+import struct
+import sys
+import zipfile
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO
+
+CHUNK_BYTES = 16 * 1024 * 1024
+# A line longer than this is cut into pieces: a 10 MB single line must not cost 10 MB per regex.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+SNIFF_BYTES = 64 * 1024
+# Decompression bombs: refuse archives that expand far beyond what logs compress to.
+MAX_EXPANSION_RATIO = 1000
+EXPANSION_CHECK_FLOOR = 256 * 1024 * 1024
+MAX_ZIP_ENTRIES = 10_000
+
+ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+
+class LogReadError(Exception):
+    """The input is not a readable log. str(error) is one line meant for people."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One log inside the input (a file, a zip member, stdin)."""
+
+    name: str
+    opener: Callable[[], BinaryIO]
+    stored_bytes: int | None  # size on disk, for progress; None when unknown
+
+
+def _magic(head: bytes) -> str:
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "zip"
+    return "plain"
+
+
+class _BombGuard(io.RawIOBase):
+    """Counts decompressed bytes and refuses to expand past the ratio limit."""
+
+    def __init__(self, inner: BinaryIO, name: str, stored_bytes: int | None) -> None:
+        self._inner = inner
+        self._name = name
+        self._limit = None if not stored_bytes else max(EXPANSION_CHECK_FLOOR, stored_bytes * MAX_EXPANSION_RATIO)
+        self._seen = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        try:
+            data = self._inner.read(len(buffer))
+        except (OSError, EOFError, zlib.error, zipfile.BadZipFile, struct.error) as error:
+            raise LogReadError(f"{self._name}: corrupt compressed data ({error})") from None
+        n = len(data)
+        buffer[:n] = data
+        self._seen += n
+        if self._limit is not None and self._seen > self._limit:
+            raise LogReadError(
+                f"{self._name}: expands more than {MAX_EXPANSION_RATIO}x its compressed size; "
+                "refusing a likely decompression bomb"
+            )
+        return n
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+def _guarded(inner: BinaryIO, name: str, stored_bytes: int | None) -> BinaryIO:
+    return io.BufferedReader(_BombGuard(inner, name, stored_bytes), buffer_size=1024 * 1024)  # type: ignore[return-value]
+
+
+def _check_text(head: bytes, name: str) -> None:
+    if not head:
+        raise LogReadError(f"{name}: empty file, nothing to parse")
+    if b"\x00" in head:
+        raise LogReadError(f"{name}: binary data, not a text log")
+    sample = head[:SNIFF_BYTES]
+    controls = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    if controls > len(sample) // 20:
+        raise LogReadError(f"{name}: binary data, not a text log")
+
+
+def _safe_member_name(name: str) -> bool:
+    path = PurePosixPath(name.replace("\\", "/"))
+    return not (path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name))
+
+
+def _zip_sources(path: Path, display: str) -> list[Source]:
+    try:
+        archive = zipfile.ZipFile(path)
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise LogReadError(f"{display}: not a readable zip archive ({error})") from None
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise LogReadError(f"{display}: zip holds {len(infos)} entries, more than {MAX_ZIP_ENTRIES}")
+    total_stored = max(1, path.stat().st_size)
+    total_expanded = sum(info.file_size for info in infos)
+    if total_expanded > max(EXPANSION_CHECK_FLOOR, total_stored * MAX_EXPANSION_RATIO):
+        raise LogReadError(f"{display}: zip expands to {total_expanded} bytes; refusing a likely decompression bomb")
+    sources: list[Source] = []
+    for info in infos:
+        if not _safe_member_name(info.filename):
+            raise LogReadError(f"{display}: unsafe entry name {info.filename!r} in zip")
+        if info.is_dir() or info.file_size == 0:
+            continue
+        if info.flag_bits & 0x1:
+            raise LogReadError(f"{display}: entry {info.filename!r} is encrypted")
+
+        def opener(info: zipfile.ZipInfo = info) -> BinaryIO:
+            member = zipfile.ZipFile(path).open(info)
+            stream: BinaryIO = _guarded(member, f"{display}:{info.filename}", max(1, info.compress_size))  # type: ignore[arg-type]
+            if info.filename.endswith(".gz"):
+                stream = _guarded(gzip.GzipFile(fileobj=stream), f"{display}:{info.filename}", info.file_size)  # type: ignore[arg-type]
+            return stream
+
+        sources.append(Source(f"{display}:{info.filename}", opener, info.compress_size))
+    archive.close()
+    readable = []
+    for source in sources:
+        with source.opener() as stream:
+            head = stream.read(SNIFF_BYTES)
+        try:
+            _check_text(head, source.name)
+        except LogReadError:
+            continue  # a screenshot or core dump next to the logs: skip it, keep the logs
+        readable.append(source)
+    if not readable:
+        raise LogReadError(f"{display}: zip holds no text logs")
+    return readable
+
+
+def _file_sources(raw: str | Path) -> list[Source]:
+    path = Path(raw)
+    display = str(raw)
+    if not path.exists():
+        raise LogReadError(f"{display}: no such file")
+    if path.is_dir():
+        raise LogReadError(f"{display}: is a directory, not a log file")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+    except OSError as error:
+        raise LogReadError(f"{display}: cannot read ({error.strerror or error})") from None
+    size = path.stat().st_size
+    kind = _magic(head)
+    if kind == "zip":
+        return _zip_sources(path, display)
+    if kind == "gzip":
+
+        def gz_opener() -> BinaryIO:
+            return _guarded(gzip.open(path, "rb"), display, size)  # type: ignore[arg-type]
+
+        with gz_opener() as stream:
+            _check_text(stream.read(SNIFF_BYTES), display)
+        return [Source(display, gz_opener, size)]
+    _check_text(head, display)
+    return [Source(display, lambda: path.open("rb"), size)]
+
+
+def _stdin_source() -> list[Source]:
+    buffered = io.BufferedReader(sys.stdin.buffer, buffer_size=1024 * 1024)  # type: ignore[arg-type]
+    head = buffered.peek(SNIFF_BYTES)[:SNIFF_BYTES]
+    stream: BinaryIO = buffered  # type: ignore[assignment]
+    if _magic(head) == "gzip":
+        stream = _guarded(gzip.GzipFile(fileobj=buffered), "<stdin>", None)  # type: ignore[arg-type]
+        head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]
+    elif _magic(head) == "zip":
+        raise LogReadError("<stdin>: zip archives must be given as a file path, not on stdin")
+    _check_text(head, "<stdin>")
+    used = False
+
+    def opener() -> BinaryIO:
+        nonlocal used
+        if used:
+            raise LogReadError("<stdin>: can only be read once")
+        used = True
+        return stream
+
+    return [Source("<stdin>", opener, None)]
+
+
+def open_sources(paths: Sequence[str | Path]) -> list[Source]:
+    """Validate the inputs and list the logs they hold, in order. `-` is stdin."""
+    if not paths:
+        raise LogReadError("no input given")
+    sources: list[Source] = []
+    for raw in paths:
+        sources.extend(_stdin_source() if str(raw) == "-" else _file_sources(raw))
+    return sources
+
+
+def iter_chunks(source: Source) -> Iterator[bytes]:
+    """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed, very long
+    lines cut at MAX_LINE_BYTES. Every chunk ends with a newline."""
+    with source.opener() as stream:
+        carry = b""
+        while True:
+            try:
+                block = stream.read(CHUNK_BYTES)
+            except OSError as error:
+                raise LogReadError(f"{source.name}: read failed ({error})") from None
+            if not block:
+                break
+            data = carry + block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                if len(data) < MAX_LINE_BYTES:
+                    carry = data
+                    continue
+                carry = b""
+                yield _normalise(data + b"\n", limit=True)
+                continue
+            carry = data[cut:]
+            yield _normalise(data[:cut], limit=True)
+        if carry:
+            yield _normalise(carry + b"\n", limit=True)
+
+
+def _normalise(chunk: bytes, *, limit: bool) -> bytes:
+    if b"\x1b" in chunk:
+        chunk = ANSI_RE.sub(b"", chunk)
+    if b"\r" in chunk:
+        chunk = chunk.replace(b"\r\n", b"\n")
+        if b"\r" in chunk:
+            # tqdm redraws a bar with bare CRs: keep the last state of each line
+            chunk = re.sub(rb"[^\n]*\r(?=[^\n])", b"", chunk).replace(b"\r", b"")
+    if limit and len(chunk) > MAX_LINE_BYTES and b"\n" in chunk:
+        pieces = chunk.split(b"\n")
+        if any(len(piece) > MAX_LINE_BYTES for piece in pieces):
+            out = []
+            for piece in pieces:
+                while len(piece) > MAX_LINE_BYTES:
+                    out.append(piece[:MAX_LINE_BYTES])
+                    piece = piece[MAX_LINE_BYTES:]
+                out.append(piece)
+            chunk = b"\n".join(out)
+    return chunk
+
+
+def decode_line(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def iter_lines(paths: Sequence[str | Path]) -> Iterator[str]:
+    """Every line of the inputs, in the numbering the parser uses (line 1 is the first line of the
+    first log; a zip's logs follow each other). Decoded, without the newline."""
+    for source in open_sources(paths):
+        for chunk in iter_chunks(source):
+            for raw in chunk[:-1].split(b"\n"):
+                yield decode_line(raw)
+
+
+# ---- a plain-text copy with a sparse line index, for paging through gigabyte logs ----
+
+INDEX_EVERY = 1024
+
+
+def write_line_index(
+    paths: Sequence[str | Path], text_path: str | Path, index_path: str | Path, *, every: int = INDEX_EVERY
+) -> int:
+    """Write the normalised text of the inputs to text_path and the byte offset of every
+    `every`-th line to index_path (little-endian uint64). Returns the number of lines."""
+    lines = 0
+    offset = 0
+    with open(text_path, "wb") as text, open(index_path, "wb") as index:
+        index.write(struct.pack("<Q", every))
+        for source in open_sources(paths):
+            for chunk in iter_chunks(source):
+                start = 0
+                while True:
+                    if lines % every == 0:
+                        index.write(struct.pack("<Q", offset + start))
+                    end = chunk.find(b"\n", start)
+                    lines += 1
+                    start = end + 1
+                    if start >= len(chunk):
+                        break
+                text.write(chunk)
+                offset += len(chunk)
+    return lines
+
+
+class LineIndex:
+    """Random access to lines of a text copy made by write_line_index."""
+
+    def __init__(self, text_path: str | Path, index_path: str | Path) -> None:
+        self.text_path = Path(text_path)
+        raw = Path(index_path).read_bytes()
+        self.every = struct.unpack_from("<Q", raw, 0)[0]
+        count = (len(raw) - 8) // 8
+        self.offsets = struct.unpack_from(f"<{count}Q", raw, 8)
+
+    def lines(self, first: int, count: int) -> list[str]:
+        """Lines first..first+count-1 (1-based); fewer at the end of the log."""
+        if first < 1 or count <= 0:
+            return []
+        slot = min((first - 1) // self.every, len(self.offsets) - 1)
+        if slot < 0:
+            return []
+        skip = first - 1 - slot * self.every
+        out: list[str] = []
+        with self.text_path.open("rb") as handle:
+            handle.seek(self.offsets[slot])
+            for raw in handle:
+                if skip:
+                    skip -= 1
+                    continue
+                out.append(decode_line(raw.rstrip(b"\n")))
+                if len(out) >= count:
+                    break
+        return out
+
+    def search(self, needle: str, *, start: int = 1, limit: int = 200) -> list[tuple[int, str]]:
+        """Lines containing needle (case-insensitive), from line `start` on, at most `limit`."""
+        wanted = needle.lower().encode()
+        hits: list[tuple[int, str]] = []
+        if not wanted:
+            return hits
+        slot = max(0, min((start - 1) // self.every, len(self.offsets) - 1))
+        number = slot * self.every
+        with self.text_path.open("rb") as handle:
+            handle.seek(self.offsets[slot] if self.offsets else 0)
+            for raw in handle:
+                number += 1
+                if number >= start and wanted in raw.lower():
+                    hits.append((number, decode_line(raw.rstrip(b"\n"))))
+                    if len(hits) >= limit:
+                        break
+        return hits
+
+
+def file_size(path: str | Path) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None

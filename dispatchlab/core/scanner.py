@@ -1,0 +1,139 @@
+"""Finding the few interesting lines of a big log fast.
+
+Every rule is a Python regex over a line's message. With Hyperscan installed, all rules are compiled into
+one database (prefilter mode, anchors dropped, so its hits are a superset) and scanned over each 16 MiB chunk;
+Python then confirms only the rules that hit, on only the lines they hit. Without Hyperscan, the fallback skips
+the high-volume routine lines with one anchored match and tries every rule on the rest. Both give the same
+answer: the routine lines never match a rule (tests/core/test_scanner.py checks that).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+try:  # optional accelerator: `pip install dispatchlab[fast]`
+    import hyperscan as _hs
+except ImportError:  # pragma: no cover - exercised by DISPATCHLAB_NO_HYPERSCAN in tests
+    _hs = None
+
+import os
+
+# Routine lines (batch statistics, access log, health checks): about 97% of a serving log.
+ROUTINE = re.compile(
+    rb"(?:\S+\s+\|\s)?(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] )?"
+    rb"(?:Decode batch|Prefill batch|INFO:\s+[\d.:a-f\[\]]+ - \"(?:GET|POST) \S+ HTTP/1\.1\" 200|"
+    rb"(?:\([\w ]+=?\d* ?pid=\d+\) )?INFO \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[loggers\.py:\d+\] Engine \d+: Avg)"
+)
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+_INLINE_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+
+
+def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
+    flags = 0
+    m = _INLINE_FLAGS.match(pattern)
+    if m:
+        if "i" in m.group(1):
+            flags |= _hs.HS_FLAG_CASELESS if _hs else 0
+        pattern = pattern[m.end() :]
+    pattern = _NAMED_GROUP.sub("(", pattern)
+    pattern = pattern.replace("(?:", "(")
+    if pattern.startswith("^"):
+        pattern = pattern[1:]
+    # \Z and $ at the end mean end of line here (the scan is multi-line)
+    pattern = re.sub(r"\\Z$", "$", pattern)
+    return pattern.encode("utf-8"), flags
+
+
+def hyperscan_enabled() -> bool:
+    return _hs is not None and not os.environ.get("DISPATCHLAB_NO_HYPERSCAN")
+
+
+class Scanner:
+    """Maps a line-aligned chunk to {line_start_offset: set(rule ids)} for the lines any rule may match."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = list(patterns)
+        self.compiled = [re.compile(p) for p in self.patterns]
+        self.db: Any = None
+        self.python_only: list[int] = []
+        if hyperscan_enabled():
+            self._compile_hyperscan()
+
+    def _compile_hyperscan(self) -> None:
+        assert _hs is not None
+        expressions: list[bytes] = []
+        ids: list[int] = []
+        flags: list[int] = []
+        for index, pattern in enumerate(self.patterns):
+            expression, extra = _to_hyperscan(pattern)
+            try:
+                probe = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+                probe.compile(
+                    expressions=[expression], ids=[index],
+                    flags=[_hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY | extra],
+                )
+            except Exception:  # noqa: BLE001 - hyperscan raises its own error type; keep the rule in Python
+                self.python_only.append(index)
+                continue
+            expressions.append(expression)
+            ids.append(index)
+            flags.append(_hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY | extra)
+        if expressions:
+            self.db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+            self.db.compile(expressions=expressions, ids=ids, flags=flags, elements=len(expressions))
+
+    def candidates(self, chunk: bytes) -> dict[int, set[int] | None]:
+        """Line starts -> rule ids that may match there (None: try every rule)."""
+        if self.db is None:
+            return self._fallback(chunk)
+        hits: dict[int, set[int] | None] = {}
+        ends: list[tuple[int, int]] = []
+
+        def on_match(rule: int, start: int, end: int, flags: int, context: object) -> None:
+            ends.append((end, rule))
+
+        self.db.scan(chunk, match_event_handler=on_match)
+        rfind = chunk.rfind
+        last_line_end = -1
+        last_start = 0
+        for end, rule in ends:
+            if end <= last_line_end and end > last_start:
+                start = last_start
+            else:
+                start = rfind(b"\n", 0, end) + 1
+                if end > start and chunk[end - 1 : end] == b"\n":
+                    start = rfind(b"\n", 0, end - 1) + 1
+                last_start = start
+                nl = chunk.find(b"\n", start)
+                last_line_end = nl if nl >= 0 else len(chunk)
+            bucket = hits.get(start)
+            if bucket is None:
+                hits[start] = {rule}
+            else:
+                bucket.add(rule)
+        if self.python_only:
+            for start in self._fallback(chunk):
+                current = hits.get(start)
+                if current is None:
+                    hits[start] = set(self.python_only)
+                else:
+                    current.update(self.python_only)
+        return hits
+
+    def _fallback(self, chunk: bytes) -> dict[int, set[int] | None]:
+        hits: dict[int, set[int] | None] = {}
+        routine = ROUTINE.match
+        position = 0
+        size = len(chunk)
+        find = chunk.find
+        while position < size:
+            end = find(b"\n", position)
+            if end < 0:
+                end = size
+            if end > position and not routine(chunk, position):
+                hits[position] = None
+            position = end + 1
+        return hits

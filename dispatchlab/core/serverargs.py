@@ -1,0 +1,248 @@
+"""Argument dumps and launch commands: SGLang `ServerArgs(...)`, vLLM `non-default args: {...}` and engine
+config, `python -m sglang.launch_server ...` / `vllm serve ...` command lines. Never eval()s."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from typing import Any
+
+_OPAQUE = re.compile(r"<[A-Za-z_][\w.]*[ :>]")
+_CALL = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\((?P<body>.*)\)$", re.S)
+_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def split_top_level(body: str) -> list[str]:
+    """Split `k=v, k2=v2` at depth-0 commas, respecting quotes, brackets and `<...>` reprs."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    quote: str | None = None
+    i = 0
+    n = len(body)
+    while i < n:
+        c = body[i]
+        if quote:
+            current.append(c)
+            if c == "\\" and i + 1 < n:
+                current.append(body[i + 1])
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+            current.append(c)
+        elif c in "([{":
+            depth += 1
+            current.append(c)
+        elif c in ")]}":
+            depth -= 1
+            current.append(c)
+        elif c == "<" and _OPAQUE.match(body, i):
+            j = body.find(">", i)
+            j = n - 1 if j < 0 else j
+            current.append(body[i : j + 1])
+            i = j + 1
+            continue
+        elif c == "," and depth <= 0:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(c)
+        i += 1
+    tail = "".join(current).strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        if isinstance(value, float) and value != value:
+            return None
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_json_safe(v) for v in value]
+    return repr(value)
+
+
+def parse_value(text: str) -> Any:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return _json_safe(ast.literal_eval(text))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    m = _CALL.match(text)
+    if m and not text.startswith("<"):
+        return {"__type__": m.group("name"), **parse_kwargs(m.group("body"))}
+    return text
+
+
+def parse_kwargs(body: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in split_top_level(body):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if sep and _IDENT.match(key):
+            out[key] = parse_value(value)
+    return out
+
+
+def _matching_paren(text: str, start: int) -> int:
+    depth = 1
+    quote: str | None = None
+    i = start
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def parse_server_args(text: str) -> tuple[dict[str, Any], bool]:
+    """`text` starts at or contains `ServerArgs(`. Returns (fields, complete). A dump cut short keeps
+    every whole field before the cut."""
+    i = text.find("ServerArgs(")
+    if i < 0:
+        return {}, False
+    flat = text[i + len("ServerArgs(") :]
+    end = _matching_paren(flat, 0)
+    if end >= 0:
+        return parse_kwargs(flat[:end]), True
+    fields = parse_kwargs(flat)
+    if fields:
+        # the last field of a truncated dump is probably cut mid-value
+        last = next(reversed(fields))
+        if isinstance(fields[last], str) and not flat.rstrip().endswith(("'", '"')):
+            fields.pop(last)
+    return fields, False
+
+
+def args_dump_is_open(text: str) -> bool:
+    i = text.find("ServerArgs(")
+    return i >= 0 and _matching_paren(text[i + len("ServerArgs(") :], 0) < 0
+
+
+def parse_vllm_engine_config(text: str) -> dict[str, Any]:
+    """`Initializing a V1 LLM engine (v0.11.0) with config: model='x', quantization=fp8, ...`: values may be
+    unquoted words; keep what looks like a value."""
+    i = text.find("with config:")
+    body = text[i + len("with config:") :] if i >= 0 else text
+    out: dict[str, Any] = {}
+    for part in split_top_level(body):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if sep and _IDENT.match(key):
+            out[key] = parse_value(value)
+    return out
+
+
+def parse_vllm_non_default(text: str) -> dict[str, Any]:
+    i = text.find("{")
+    if i < 0:
+        return {}
+    end = _matching_paren(text[i + 1 :], 0)
+    literal = text[i : i + 1 + end + 1] if end >= 0 else text[i:]
+    try:
+        value = ast.literal_eval(literal)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return {k: v for k, v in parse_kwargs(literal.strip("{}").replace(": ", "=")).items()}
+    return _json_safe(value) if isinstance(value, dict) else {}
+
+
+# ---- launch commands ----
+
+LAUNCH_START = re.compile(
+    r"(?:^|[\s$>#])((?:[\w./-]*python[\d.]*\s+-m\s+sglang\.launch_server|sglang\s+serve|"
+    r"[\w./-]*python[\d.]*\s+-m\s+vllm\.entrypoints\.openai\.api_server|vllm\s+serve|"
+    r"[\w./-]*python[\d.]*\s+-m\s+sglang\.bench_\w+)\b.*)$"
+)
+
+
+def parse_launch_command(command: str) -> dict[str, Any]:
+    """Flags of a launch command as {flag_name_with_underscores: value}; bare flags are True.
+    `vllm serve MODEL` records the positional model as `model`."""
+    try:
+        tokens = shlex.split(command, comments=False, posix=True)
+    except ValueError:
+        tokens = command.split()
+    args: dict[str, Any] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.startswith("--") and len(token) > 2:
+            name, eq, value = token[2:].partition("=")
+            key = name.replace("-", "_")
+            if eq:
+                args[key] = _coerce(value)
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                values = []
+                while i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
+                    values.append(_coerce(tokens[i + 1]))
+                    i += 1
+                args[key] = values[0] if len(values) == 1 else values
+            else:
+                args[key] = True
+        elif token.startswith("-") and len(token) == 2 and i + 1 < len(tokens):
+            args[token[1:]] = _coerce(tokens[i + 1])
+            i += 1
+        else:
+            positional.append(token)
+        i += 1
+    if "serve" in positional:
+        after = positional[positional.index("serve") + 1 :]
+        if after and "model" not in args:
+            args["model"] = after[0]
+    return args
+
+
+def _coerce(value: str) -> Any:
+    if re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if re.fullmatch(r"-?\d+\.\d*(?:e-?\d+)?", value):
+        return float(value)
+    if value in ("True", "true"):
+        return True
+    if value in ("False", "false"):
+        return False
+    return value
+
+
+SGLANG_FLAG_ALIASES = {
+    "tp": "tp_size",
+    "tensor_parallel_size": "tp_size",
+    "dp": "dp_size",
+    "data_parallel_size": "dp_size",
+    "ep": "ep_size",
+    "expert_parallel_size": "ep_size",
+    "pp": "pp_size",
+    "pipeline_parallel_size": "pp_size",
+    "model": "model_path",
+    "fp8_gemm_backend": "fp8_gemm_runner_backend",
+    "fp4_gemm_backend": "fp4_gemm_runner_backend",
+}
+
+
+def canonical_sglang_flag(name: str) -> str:
+    return SGLANG_FLAG_ALIASES.get(name, name)
