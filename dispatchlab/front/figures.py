@@ -1,0 +1,461 @@
+"""Plotly figures as plain dicts, built from a match document (docs/web-spec.md).
+
+No plotly import: the browser draws them with the vendored plotly.min.js from a json_script data
+island. Every string that comes from a log goes through `plot_text`, because Plotly renders a subset
+of HTML tags in hover labels and names; escaped entities are shown as the characters they stand for.
+"""
+
+from __future__ import annotations
+
+import bisect
+import html
+import re
+import textwrap
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+PHASE_LABELS = {
+    "init": "init",
+    "weight_loading": "weight loading",
+    "kv_cache": "KV cache",
+    "cuda_graph_capture": "CUDA graph capture",
+    "warmup": "warmup",
+    "serving": "serving",
+}
+PHASE_COLORS = {
+    "init": "#b8c4d6",
+    "weight_loading": "#7fa7d9",
+    "kv_cache": "#9ccfa8",
+    "cuda_graph_capture": "#e6b86a",
+    "warmup": "#c3a6de",
+    "serving": "#6cc3b5",
+}
+MARKERS = {
+    # kind: (legend name, symbol, colour, size)
+    "backend": ("backend decision", "diamond", "#1f5fbf", 11),
+    "warning": ("warning", "triangle-up", "#d98a00", 10),
+    "error": ("error", "circle-open", "#c0392b", 9),
+}
+CRASH_COLOR = "#d62728"
+# A gigabyte log may hold many thousands of warnings: the chart shows the first ones per kind.
+MAX_MARKERS_PER_KIND = 400
+HOVER_WIDTH = 90
+HOVER_CHARS = 600
+
+
+def plot_text(value: Any, *, width: int = HOVER_WIDTH, limit: int = HOVER_CHARS) -> str:
+    """User text for a Plotly label: escaped (Plotly turns `&lt;` back into `<` as text, never
+    a tag), cut to `limit` characters and wrapped with `<br>`, the one tag we emit."""
+    text = "" if value is None else str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    lines = textwrap.wrap(text, width=width, break_long_words=True, replace_whitespace=True) or [""]
+    return "<br>".join(html.escape(line, quote=False) for line in lines)
+
+
+def _rank_key(rank: str | None) -> tuple[Any, ...]:
+    if rank is None:
+        return (0,)
+    parts = re.split(r"(\d+)", rank)
+    return (1, *[(0, int(p)) if p.isdigit() else (1, p) for p in parts if p])
+
+
+def lane_label(rank: str | None, model: str | None) -> str:
+    """The lane's name as drawn ("TP0 main", "TP0 draft", or "main" for a log without ranks),
+    already escaped for Plotly."""
+    model = model or "main"
+    return plot_text(f"{rank} {model}" if rank else model, limit=40)
+
+
+def _lanes(doc: dict[str, Any]) -> list[str]:
+    """Lanes top to bottom: ranks in natural order, main before draft."""
+    seen: set[tuple[str | None, str]] = set()
+    for phase in doc.get("phases") or []:
+        seen.add((phase.get("rank"), phase.get("model") or "main"))
+    for event in doc.get("timeline") or []:
+        if event.get("kind") in MARKERS:
+            seen.add((event.get("rank"), event.get("model") or "main"))
+    crash = doc.get("crash") or None
+    if crash:
+        for rank in _crash_ranks(crash):
+            seen.add((rank, crash.get("model") or "main"))
+    ordered = sorted(seen, key=lambda item: (_rank_key(item[0]), item[1] != "main", item[1]))
+    return [lane_label(rank, model) for rank, model in ordered]
+
+
+def _crash_ranks(crash: dict[str, Any]) -> list[str | None]:
+    ranks = crash.get("ranks") or []
+    return list(ranks) if ranks else [crash.get("rank")]
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value or not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+def _plotly_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class _Axis:
+    """Maps a log position (line, optional time) to the x axis: time when the log has timestamps,
+    line numbers otherwise. Lines without a time take the time of the nearest earlier timed line."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        anchors: dict[int, datetime] = {}
+        positions = 0
+        for event in doc.get("timeline") or []:
+            positions += 1
+            moment = _parse_time(event.get("time"))
+            if moment is not None and isinstance(event.get("line"), int):
+                anchors.setdefault(event["line"], moment)
+        for phase in doc.get("phases") or []:
+            for line_key, time_key in (("start_line", "start"), ("end_line", "end")):
+                if phase.get(line_key) is None:
+                    continue
+                positions += 1
+                moment = _parse_time(phase.get(time_key))
+                if moment is not None:
+                    anchors.setdefault(phase[line_key], moment)
+        for point in (doc.get("metrics") or {}).get("points") or []:
+            moment = _parse_time(point.get("time"))
+            if moment is not None and isinstance(point.get("line"), int):
+                anchors.setdefault(point["line"], moment)
+        # time mode needs timestamps on at least half of the positions we draw
+        self.mode = "time" if anchors and len(anchors) * 2 >= max(1, positions) else "line"
+        self._lines = sorted(anchors)
+        self._times = [anchors[line] for line in self._lines]
+
+    def moment(self, line: int | None, time: Any = None) -> datetime | None:
+        parsed = _parse_time(time)
+        if parsed is not None or line is None or not self._lines:
+            return parsed
+        at = bisect.bisect_right(self._lines, line) - 1
+        return self._times[max(at, 0)]
+
+    def x(self, line: int | None, time: Any = None) -> Any:
+        if self.mode == "line":
+            return line
+        moment = self.moment(line, time)
+        return None if moment is None else _plotly_time(moment)
+
+    def span(self, start_line: int, end_line: int, start: Any, end: Any) -> tuple[Any, float]:
+        """(base, width) of a bar: width in lines, or in milliseconds on a date axis."""
+        if self.mode == "line":
+            return start_line, float(max(end_line - start_line, 1))
+        begin = self.moment(start_line, start)
+        finish = self.moment(end_line, end)
+        if begin is None:
+            return None, 0.0
+        if finish is None or finish < begin:
+            finish = begin
+        return _plotly_time(begin), max((finish - begin).total_seconds() * 1000.0, 1.0)
+
+
+def _last_position(doc: dict[str, Any]) -> int:
+    lines = [doc.get("line_count") or 0]
+    crash = doc.get("crash") or None
+    if crash and isinstance(crash.get("line"), int):
+        lines.append(crash["line"])
+    for event in doc.get("timeline") or []:
+        if isinstance(event.get("line"), int):
+            lines.append(event["line"])
+    return max(lines) or 1
+
+
+def _phase_end(phase: dict[str, Any], doc: dict[str, Any]) -> tuple[int, Any]:
+    if phase.get("end_line") is not None:
+        return int(phase["end_line"]), phase.get("end")
+    crash = doc.get("crash") or None
+    if crash and isinstance(crash.get("line"), int) and crash["line"] >= (phase.get("start_line") or 0):
+        return crash["line"], None
+    return _last_position(doc), None
+
+
+def _hover(*parts: str) -> str:
+    return "<br>".join(part for part in parts if part) + "<extra></extra>"
+
+
+def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The resolved-backend timeline: a lane per rank and model, phases as bars, backend decisions,
+    warnings and errors as markers (hover: the log message), the crash as a red X.
+
+    Every point carries customdata [hover, line] so a click can open the log at that line.
+    Returns None when the document has nothing to draw."""
+    lanes = _lanes(doc)
+    if not lanes:
+        return None
+    axis = _Axis(doc)
+    traces: list[dict[str, Any]] = []
+
+    by_phase: dict[str, dict[str, list[Any]]] = {}
+    for phase in doc.get("phases") or []:
+        start_line = phase.get("start_line")
+        if not isinstance(start_line, int):
+            continue
+        end_line, end_time = _phase_end(phase, doc)
+        base, width = axis.span(start_line, end_line, phase.get("start"), end_time)
+        if base is None:
+            continue
+        name = str(phase.get("name") or "phase")
+        label = PHASE_LABELS.get(name, name)
+        seconds = phase.get("seconds")
+        duration = f"{seconds:.1f} s" if isinstance(seconds, int | float) else "duration unknown"
+        if phase.get("end_line") is None:
+            duration += " (did not finish)"
+        lane = lane_label(phase.get("rank"), phase.get("model"))
+        hover = _hover(
+            f"<b>{plot_text(label)}</b> · {lane}",
+            f"{duration}; lines {start_line}–{end_line}",
+            plot_text(phase.get("detail")),
+        )
+        bucket = by_phase.setdefault(name, {"y": [], "base": [], "x": [], "customdata": []})
+        bucket["y"].append(lane)
+        bucket["base"].append(base)
+        bucket["x"].append(width)
+        bucket["customdata"].append([hover, start_line])
+    for name, bucket in by_phase.items():
+        traces.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": plot_text(PHASE_LABELS.get(name, name)),
+                "y": bucket["y"],
+                "base": bucket["base"],
+                "x": bucket["x"],
+                "customdata": bucket["customdata"],
+                "hovertemplate": "%{customdata[0]}",
+                "marker": {"color": PHASE_COLORS.get(name, "#cccccc"), "line": {"width": 0}},
+                "opacity": 0.85,
+                "width": 0.55,
+                "legendgroup": "phases",
+            }
+        )
+
+    for kind, (legend, symbol, color, size) in MARKERS.items():
+        xs: list[Any] = []
+        ys: list[str] = []
+        custom: list[list[Any]] = []
+        for event in doc.get("timeline") or []:
+            if event.get("kind") != kind:
+                continue
+            x = axis.x(event.get("line"), event.get("time"))
+            if x is None:
+                continue
+            lane = lane_label(event.get("rank"), event.get("model"))
+            hover = _hover(
+                f"<b>{plot_text(event.get('name'))}</b> · {lane} · line {event.get('line')}",
+                plot_text(event.get("detail")),
+            )
+            xs.append(x)
+            ys.append(lane)
+            custom.append([hover, event.get("line")])
+            if len(xs) >= MAX_MARKERS_PER_KIND:
+                break
+        if xs:
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": legend,
+                    "x": xs,
+                    "y": ys,
+                    "customdata": custom,
+                    "hovertemplate": "%{customdata[0]}",
+                    "marker": {
+                        "symbol": symbol,
+                        "color": color,
+                        "size": size,
+                        "line": {"width": 1, "color": "#ffffff"},
+                    },
+                }
+            )
+
+    crash = doc.get("crash") or None
+    if crash and isinstance(crash.get("line"), int):
+        x = axis.x(crash["line"], None)
+        headline = ": ".join(str(part) for part in (crash.get("exception"), crash.get("message")) if part)
+        ranks = _crash_ranks(crash)
+        lanes_hit = [lane_label(rank, crash.get("model")) for rank in ranks]
+        hover = _hover(
+            f"<b>crash</b> · line {crash['line']}"
+            + (f" · in {plot_text(crash.get('phase'))}" if crash.get("phase") else ""),
+            plot_text(headline),
+        )
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "crash",
+                "x": [x] * len(lanes_hit),
+                "y": lanes_hit,
+                "customdata": [[hover, crash["line"]]] * len(lanes_hit),
+                "hovertemplate": "%{customdata[0]}",
+                "marker": {
+                    "symbol": "x",
+                    "color": CRASH_COLOR,
+                    "size": 16,
+                    "line": {"width": 2, "color": "#7a0f10"},
+                },
+            }
+        )
+
+    height = 150 + 34 * len(lanes)
+    return {
+        "data": traces,
+        "layout": {
+            "height": height,
+            "margin": {"l": 10, "r": 20, "t": 10, "b": 45},
+            "barmode": "overlay",
+            "hovermode": "closest",
+            "hoverlabel": {"align": "left"},
+            "xaxis": {
+                "type": "date" if axis.mode == "time" else "linear",
+                "title": {"text": "time" if axis.mode == "time" else "log line"},
+                "zeroline": False,
+                "showgrid": True,
+            },
+            "yaxis": {
+                "type": "category",
+                "categoryorder": "array",
+                # Plotly draws the first category at the bottom: reverse to read top-down
+                "categoryarray": list(reversed(lanes)),
+                "automargin": True,
+            },
+            "legend": {"orientation": "h", "y": -0.2 if len(lanes) < 4 else -0.08, "x": 0},
+            "plot_bgcolor": "#fbfcfe",
+        },
+        "config": {"displaylogo": False, "responsive": True},
+        "meta": {"x_mode": axis.mode, "lanes": lanes},
+    }
+
+
+def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Serving throughput from the batch metrics, or None when the log has none.
+
+    When several ranks report, the chart follows the rank with most points (they report the same
+    batches; plotting all of them would zigzag)."""
+    metrics = doc.get("metrics") or {}
+    points = [p for p in metrics.get("points") or [] if isinstance(p, dict)]
+    if not points:
+        return None
+    ranks = Counter(p.get("rank") for p in points)
+    rank = ranks.most_common(1)[0][0]
+    points = [p for p in points if p.get("rank") == rank]
+    axis = _Axis({"metrics": {"points": points}, "timeline": [], "phases": []})
+
+    def series(field: str, kinds: tuple[str, ...]) -> tuple[list[Any], list[Any], list[Any]]:
+        xs, ys, lines = [], [], []
+        for point in points:
+            value = point.get(field)
+            if point.get("kind") not in kinds or not isinstance(value, int | float):
+                continue
+            x = axis.x(point.get("line"), point.get("time"))
+            if x is None:
+                continue
+            xs.append(x)
+            ys.append(value)
+            lines.append(point.get("line"))
+        return xs, ys, lines
+
+    traces: list[dict[str, Any]] = []
+    specs = [
+        ("gen_throughput", ("decode", "vllm"), "generation tok/s", "y", "#1f5fbf", "solid"),
+        ("input_throughput", ("prefill", "vllm"), "prefill tok/s", "y", "#6cc3b5", "solid"),
+        ("running", ("decode", "prefill", "vllm"), "running requests", "y2", "#888888", "dot"),
+        ("queued", ("decode", "prefill", "vllm"), "queued requests", "y2", "#d98a00", "dot"),
+    ]
+    for field, kinds, name, yaxis, color, dash in specs:
+        xs, ys, lines = series(field, kinds)
+        if not xs:
+            continue
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers" if len(xs) < 80 else "lines",
+                "name": name,
+                "x": xs,
+                "y": ys,
+                "yaxis": yaxis,
+                "customdata": [[None, line] for line in lines],
+                "hovertemplate": f"{name}: %{{y}}<br>line %{{customdata[1]}}<extra></extra>",
+                "line": {"color": color, "dash": dash, "width": 2 if yaxis == "y" else 1},
+                "marker": {"size": 4},
+            }
+        )
+    if not traces:
+        return None
+    sampled = int(metrics.get("sampled_every") or 1)
+    note = f"{plot_text(rank)}" if rank else "all ranks"
+    if sampled > 1:
+        note += f", 1 in {sampled} of {metrics.get('total')} points"
+    return {
+        "data": traces,
+        "layout": {
+            "height": 300,
+            "margin": {"l": 60, "r": 60, "t": 30, "b": 40},
+            "hovermode": "x unified",
+            "title": {"text": note, "font": {"size": 12}, "x": 0.01},
+            "xaxis": {
+                "type": "date" if axis.mode == "time" else "linear",
+                "title": {"text": "time" if axis.mode == "time" else "log line"},
+            },
+            "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"},
+            "yaxis2": {
+                "title": {"text": "requests"},
+                "overlaying": "y",
+                "side": "right",
+                "rangemode": "tozero",
+                "showgrid": False,
+            },
+            "legend": {"orientation": "h", "y": -0.25, "x": 0},
+            "plot_bgcolor": "#fbfcfe",
+        },
+        "config": {"displaylogo": False, "responsive": True},
+        "meta": {"x_mode": axis.mode, "rank": rank},
+    }
+
+
+def sparkline_svg(counts: list[int], *, width: int = 120, height: int = 24) -> SafeString:
+    """A tiny bar sparkline of per-day counts, as inline SVG. Only numbers go into it."""
+    counts = [max(0, int(c)) for c in counts]
+    if not counts:
+        counts = [0]
+    top = max(counts) or 1
+    step = width / len(counts)
+    bar = max(step - 1.0, 1.0)
+    rects = format_html_join(
+        "",
+        '<rect x="{}" y="{}" width="{}" height="{}"></rect>',
+        (
+            (
+                f"{i * step:.1f}",
+                f"{height - max(c / top * height, 1.0 if c else 0.0):.1f}",
+                f"{bar:.1f}",
+                f"{max(c / top * height, 1.0 if c else 0.0):.1f}",
+            )
+            for i, c in enumerate(counts)
+        ),
+    )
+    return format_html(
+        '<svg class="sparkline" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        "<title>{}</title>{}</svg>",
+        width,
+        height,
+        width,
+        height,
+        f"{sum(counts)} in {len(counts)} days",
+        f"{sum(counts)} in the last {len(counts)} days, most {max(counts)} a day",
+        rects,
+    )

@@ -1,0 +1,343 @@
+"""The pages. Thin function views: scope to the user's projects, call a presenter, render.
+
+Every query starts from `_reports(user)` / `_groups(user)`, so a report of a project the user is not
+a member of is a 404 on every page, never a 403 that would confirm it exists.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count, QuerySet
+from django.db.models.functions import TruncDate
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+
+from dispatchlab.front import figures, presenters
+from dispatchlab.front.compare import compare_documents
+from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
+from dispatchlab.front.logview import log_window, search_log
+from dispatchlab.reports import selectors
+from dispatchlab.reports.models import FailureGroup, Project, Report
+
+PAGE_SIZE = 50
+SPARK_DAYS = 30
+# list pages never load the (large) document column
+LIST_DEFER = ("document", "backend_values", "launch_command")
+
+
+def _projects(user: Any) -> QuerySet[Project]:
+    return selectors.projects_of(user)
+
+
+def _upload_projects(user: Any) -> QuerySet[Project]:
+    return selectors.projects_uploadable_by(user)
+
+
+def _reports(user: Any) -> QuerySet[Report]:
+    return selectors.reports_visible_to(user)
+
+
+def _groups(user: Any) -> QuerySet[FailureGroup]:
+    return selectors.groups_visible_to(user)
+
+
+def _report_or_404(request: HttpRequest, report_id: int, *, with_document: bool = True) -> Report:
+    reports = _reports(request.user).select_related("project", "group")
+    if not with_document:
+        reports = reports.defer(*LIST_DEFER)
+    return get_object_or_404(reports, pk=report_id)
+
+
+def _int_param(request: HttpRequest, name: str) -> int | None:
+    raw = request.GET.get(name, "").strip()
+    if not raw.isdigit() or len(raw) > 12:
+        return None
+    return int(raw)
+
+
+# ---- upload ----
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    return request.headers.get(
+        "x-requested-with"
+    ) == "XMLHttpRequest" or "application/json" in request.headers.get("accept", "")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def upload(request: HttpRequest) -> HttpResponse:
+    projects = list(_upload_projects(request.user))
+    errors: list[str] = []
+    if request.method == "POST":
+        files = request.FILES.getlist("file")
+        slug = request.POST.get("project", "")
+        project = next((p for p in projects if p.slug == slug), None)
+        if project is None and len(projects) == 1 and not slug:
+            project = projects[0]
+        if project is None:
+            errors.append("Choose a project you can upload to.")
+        if not files:
+            errors.append("Choose at least one log file.")
+        if not errors:
+            from dispatchlab.reports.services import UploadRejected, report_create
+
+            try:
+                report = report_create(
+                    project=project,
+                    user=request.user,
+                    files=files,
+                    title=request.POST.get("title", "")[:300],
+                    launch_command=request.POST.get("launch_command", ""),
+                )
+            except UploadRejected as error:  # too large, too many files: a message for people
+                errors.extend(error.messages)
+            else:
+                if _wants_json(request):
+                    return JsonResponse(
+                        {
+                            "id": report.pk,
+                            "status": report.status,
+                            "url": reverse("front:report", args=[report.pk]),
+                            "status_url": reverse("front:report_status", args=[report.pk]),
+                        },
+                        status=201,
+                    )
+                return redirect("front:report", report_id=report.pk)
+        if _wants_json(request):
+            return JsonResponse({"error": " ".join(errors)}, status=400)
+    return render(
+        request,
+        "front/upload.html",
+        {"projects": projects, "errors": errors, "max_bytes": settings.DISPATCHLAB_MAX_UPLOAD_BYTES},
+        status=400 if errors else 200,
+    )
+
+
+# ---- a report ----
+
+
+def _status_context(report: Report) -> dict[str, Any]:
+    return {"report": report, "progress": round(report.progress or 0.0, 1)}
+
+
+@login_required
+@require_GET
+def report_status(request: HttpRequest, report_id: int) -> HttpResponse:
+    """The live-progress fragment. htmx polls it; once the report is done it sends the browser to
+    the report page (HX-Redirect), and a failed report stops the polling by not asking again."""
+    report = _report_or_404(request, report_id, with_document=False)
+    response = render(request, "front/partials/report_status.html", _status_context(report))
+    if report.status == Report.Status.DONE and request.headers.get("HX-Request"):
+        response["HX-Redirect"] = reverse("front:report", args=[report.pk])
+    return response
+
+
+@login_required
+@require_GET
+def report(request: HttpRequest, report_id: int) -> HttpResponse:
+    report = _report_or_404(request, report_id)
+    context: dict[str, Any] = {"report": report, **_status_context(report)}
+    doc = report.document if isinstance(report.document, dict) else None
+    if report.status != Report.Status.DONE or doc is None:
+        return render(request, "front/report.html", context)
+    matches = presenters.match_views(doc)
+    context.update(
+        doc=doc,
+        head=presenters.header(doc),
+        matches=matches,
+        top=matches[0] if matches else None,
+        backends=presenters.backend_pairs(doc),
+        has_draft=bool(doc.get("draft_backends")),
+        timeline_fig=figures.timeline_figure(doc),
+        throughput_fig=figures.throughput_figure(doc),
+        tracebacks=[t for t in doc.get("tracebacks") or [] if isinstance(t, dict)],
+        evidence_lines=presenters.evidence_lines(doc),
+        crash_line=presenters.crash_line(doc),
+        files=list(report.files.all()),
+        compare_with=list(
+            _reports(request.user)
+            .filter(project=report.project, status=Report.Status.DONE)
+            .exclude(pk=report.pk)
+            .defer(*LIST_DEFER)
+            .order_by("-created_at")[:30]
+        ),
+    )
+    return render(request, "front/report.html", context)
+
+
+@login_required
+@require_GET
+def log(request: HttpRequest, report_id: int) -> HttpResponse:
+    report = _report_or_404(request, report_id)
+    doc = report.document if isinstance(report.document, dict) else {}
+    index = selectors.report_line_index(report)
+    context: dict[str, Any] = {"report": report, "index_ready": index is not None}
+    if index is None:
+        return render(request, "front/log.html", context)
+    line_count = report.line_count or int(doc.get("line_count") or 0) or 1
+    line = _int_param(request, "line")
+    needle = request.GET.get("q", "")[:200]
+    evidence = presenters.evidence_lines(doc)
+    crash = presenters.crash_line(doc)
+    window = log_window(
+        index,
+        line_count,
+        line=line,
+        start=_int_param(request, "start"),
+        evidence=set(evidence),
+        crash=crash,
+        needle=needle,
+        sources=[s for s in doc.get("sources") or [] if isinstance(s, dict)],
+    )
+    search = None
+    if needle.strip():
+        search = search_log(index, needle, start=_int_param(request, "from") or 1)
+    context.update(
+        window=window,
+        line=line,
+        needle=needle,
+        search=search,
+        evidence_lines=evidence,
+        crash_line=crash,
+        tracebacks=[t.get("line") for t in doc.get("tracebacks") or [] if isinstance(t, dict)][:20],
+    )
+    return render(request, "front/log.html", context)
+
+
+# ---- lists ----
+
+
+@login_required
+@require_GET
+def report_list(request: HttpRequest) -> HttpResponse:
+    reports = _reports(request.user)
+    form = ReportFilterForm(request.GET, reports=reports, projects=_projects(request.user))
+    reports = filter_reports(reports, form).select_related("project", "group").defer(*LIST_DEFER)
+    page = Paginator(reports.order_by("-created_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "front/report_list.html",
+        {
+            "form": form,
+            "page": page,
+            "filtered": any(request.GET.get(name) for name in form.fields),
+            "can_upload": _upload_projects(request.user).exists(),
+        },
+    )
+
+
+def _daily_counts(reports: QuerySet[Report], group_ids: list[int], days: int) -> dict[int, list[int]]:
+    today = timezone.localdate()
+    since = today - dt.timedelta(days=days - 1)
+    start = timezone.make_aware(dt.datetime.combine(since, dt.time.min))
+    counts: dict[int, list[int]] = {gid: [0] * days for gid in group_ids}
+    rows = (
+        reports.filter(group_id__in=group_ids, created_at__gte=start)
+        .annotate(day=TruncDate("created_at"))
+        .values("group_id", "day")
+        .annotate(n=Count("id"))
+    )
+    for row in rows:
+        index = (row["day"] - since).days
+        if 0 <= index < days:
+            counts[row["group_id"]][index] = row["n"]
+    return counts
+
+
+def _distinct_by_group(reports: QuerySet[Report], group_ids: list[int], column: str) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = defaultdict(list)
+    rows = (
+        reports.filter(group_id__in=group_ids)
+        .exclude(**{column: ""})
+        .order_by("group_id", column)
+        .values_list("group_id", column)
+        .distinct()
+    )
+    for group_id, value in rows:
+        out[group_id].append(value)
+    return out
+
+
+@login_required
+@require_GET
+def groups(request: HttpRequest) -> HttpResponse:
+    form = GroupFilterForm(request.GET)
+    queryset = filter_groups(_groups(request.user).select_related("project"), form).order_by(
+        "-last_seen", "-id"
+    )
+    page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+    ids = [group.pk for group in page.object_list]
+    reports = _reports(request.user)
+    daily = _daily_counts(reports, ids, SPARK_DAYS)
+    arches = _distinct_by_group(reports, ids, "arch")
+    versions = _distinct_by_group(reports, ids, "server_version")
+    rows = [
+        {
+            "group": group,
+            "spark": figures.sparkline_svg(daily.get(group.pk, [])),
+            "arches": arches.get(group.pk, []),
+            "versions": versions.get(group.pk, []),
+        }
+        for group in page.object_list
+    ]
+    return render(
+        request, "front/groups.html", {"form": form, "page": page, "rows": rows, "spark_days": SPARK_DAYS}
+    )
+
+
+@login_required
+@require_GET
+def group(request: HttpRequest, group_id: int) -> HttpResponse:
+    group = get_object_or_404(_groups(request.user).select_related("project"), pk=group_id)
+    reports = _reports(request.user).filter(group=group)
+    page = Paginator(
+        reports.select_related("project").defer(*LIST_DEFER).order_by("-created_at", "-id"), PAGE_SIZE
+    ).get_page(request.GET.get("page"))
+    days = 90
+    return render(
+        request,
+        "front/group.html",
+        {
+            "group": group,
+            "page": page,
+            "spark": figures.sparkline_svg(
+                _daily_counts(reports, [group.pk], days)[group.pk], width=360, height=40
+            ),
+            "spark_days": days,
+            "arches": _distinct_by_group(reports, [group.pk], "arch").get(group.pk, []),
+            "versions": _distinct_by_group(reports, [group.pk], "server_version").get(group.pk, []),
+        },
+    )
+
+
+# ---- compare ----
+
+
+@login_required
+@require_GET
+def compare(request: HttpRequest) -> HttpResponse:
+    reports = _reports(request.user)
+    a_id, b_id = _int_param(request, "a"), _int_param(request, "b")
+    choices = list(reports.filter(status=Report.Status.DONE).defer(*LIST_DEFER).order_by("-created_at")[:100])
+    context: dict[str, Any] = {"choices": choices, "a_id": a_id, "b_id": b_id}
+    if a_id is None or b_id is None:
+        return render(request, "front/compare.html", context)
+    found = {r.pk: r for r in reports.select_related("project").filter(pk__in=[a_id, b_id])}
+    if a_id not in found or b_id not in found:
+        raise Http404("No such report")
+    a, b = found[a_id], found[b_id]
+    if not isinstance(a.document, dict) or not isinstance(b.document, dict):
+        context.update(a=a, b=b, not_ready=True)
+        return render(request, "front/compare.html", context)
+    context.update(a=a, b=b, comparison=compare_documents(a.document, b.document))
+    return render(request, "front/compare.html", context)
