@@ -1,8 +1,333 @@
-from django.http import HttpRequest, JsonResponse
+"""The JSON API of CONTRACT.md: reports (upload, read, list), the CI webhook, the OpenAPI schema.
+
+Views only translate HTTP to service calls: authentication, parameters, status codes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.uploadedfile import UploadedFile
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParser, MultiPartParserError
+from django.urls import NoReverseMatch, reverse
+from django.utils.text import slugify
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from dispatchlab.api.auth import Caller, authenticate, error
+from dispatchlab.api.schema import openapi_schema
+from dispatchlab.reports.models import Project, Report
+from dispatchlab.reports.services import UploadRejected, report_submit
+
+MAX_WAIT_SECONDS = 60
+WAIT_POLL_SECONDS = 0.2
+LIST_LIMIT = 100
+# Room for the multipart envelope around files of the maximum upload size.
+ENVELOPE_BYTES = 1024 * 1024
 
 
-def _todo(request: HttpRequest, **kwargs: object) -> JsonResponse:
-    return JsonResponse({"error": "not implemented yet"}, status=501)
+def _report_url(request: HttpRequest, report: Report) -> str:
+    try:
+        path = reverse("front:report", args=[report.id])
+    except NoReverseMatch:
+        path = f"/reports/{report.id}/"
+    return request.build_absolute_uri(path)
 
 
-schema = reports = report_detail = ci_hook = _todo
+def _created(request: HttpRequest, report: Report, *, created: bool) -> dict[str, Any]:
+    return {
+        "id": report.id,
+        "url": _report_url(request, report),
+        "status": report.status,
+        "duplicate": not created,
+    }
+
+
+def _detail(request: HttpRequest, report: Report) -> dict[str, Any]:
+    return {
+        "id": report.id,
+        "url": _report_url(request, report),
+        "project": report.project.slug,
+        "title": report.title,
+        "status": report.status,
+        "progress": report.progress,
+        "error": report.error or None,
+        "created_at": report.created_at.isoformat(),
+        "finished_at": report.finished_at.isoformat() if report.finished_at else None,
+        "failure_class": report.failure_class or None,
+        "document": report.document,
+    }
+
+
+def _summary(request: HttpRequest, report: Report) -> dict[str, Any]:
+    return {
+        "id": report.id,
+        "url": _report_url(request, report),
+        "project": report.project.slug,
+        "title": report.title,
+        "status": report.status,
+        "failure_class": report.failure_class or None,
+        "top_match_title": report.top_match_title or None,
+        "server": report.server or None,
+        "arch": report.arch or None,
+        "created_at": report.created_at.isoformat(),
+    }
+
+
+def _too_large(request: HttpRequest) -> JsonResponse | None:
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return error("bad Content-Length", 400)
+    limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES
+    if length > limit + ENVELOPE_BYTES:
+        return error(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", 413)
+    return None
+
+
+def _pick_project(caller: Caller, requested: str) -> Project | JsonResponse:
+    projects = caller.projects()
+    if requested:
+        match = Q(slug=requested) | Q(name=requested)
+        if requested.isdigit():
+            match |= Q(id=int(requested))
+        project = projects.filter(match).first()
+        if project is None:
+            return error("no such project", 404)
+        return project
+    choices = list(projects[:2])
+    if len(choices) == 1:
+        return choices[0]
+    if not choices:
+        return error("you are not a member of any project", 403)
+    return error("you are in several projects: send the 'project' field (its slug)", 400)
+
+
+def _wait_for(report: Report, seconds: float) -> Report:
+    deadline = time.monotonic() + seconds
+    while not report.is_finished and time.monotonic() < deadline:
+        time.sleep(WAIT_POLL_SECONDS)
+        report.refresh_from_db()
+    return report
+
+
+# ---------------------------------------------------------------- /api/v1/reports
+
+
+@csrf_exempt  # session callers are CSRF-checked in authenticate(); token callers need not be
+@require_http_methods(["GET", "POST"])
+def reports(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _reports_create(request)
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    found = caller.reports()
+    for param, field in (
+        ("project", "project__slug"),
+        ("status", "status"),
+        ("failure_class", "failure_class"),
+    ):
+        if request.GET.get(param):
+            found = found.filter(**{field: request.GET[param]})
+    try:
+        limit = max(1, min(LIST_LIMIT, int(request.GET.get("limit", 20))))
+    except ValueError:
+        return error("limit must be an integer", 400)
+    return JsonResponse({"reports": [_summary(request, report) for report in found[:limit]]})
+
+
+def _reports_create(request: HttpRequest) -> HttpResponse:
+    too_large = _too_large(request)
+    if too_large is not None:
+        return too_large
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    if caller.token is not None and caller.token.read_only:
+        return error("this token is read-only", 403)
+    project = _pick_project(caller, request.POST.get("project", "").strip())
+    if isinstance(project, JsonResponse):
+        return project
+    if not caller.can_write(project):
+        return error("you may read this project's reports but not upload", 403)
+    files = request.FILES.getlist("file")
+    if not files:
+        return error("send the log in the multipart field 'file'", 400)
+    try:
+        report, created = report_submit(
+            project=project,
+            user=caller.user,
+            files=files,
+            title=request.POST.get("title", "").strip(),
+            launch_command=request.POST.get("launch_command", "").strip(),
+        )
+    except UploadRejected as rejected:
+        return error(" ".join(rejected.messages), 400)
+    return JsonResponse(_created(request, report, created=created), status=201)
+
+
+@require_GET
+def report_detail(request: HttpRequest, report_id: int) -> HttpResponse:
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    report = caller.reports().filter(id=report_id).first()
+    if report is None:
+        return error("no such report", 404)
+    return JsonResponse(_detail(request, report))
+
+
+# ---------------------------------------------------------------- /api/v1/hooks/ci
+
+
+@dataclass
+class _SignedBody:
+    """The raw request body (spooled to disk past a few MB) and its HMAC under each candidate secret."""
+
+    file: IO[bytes]
+    size: int
+    digests: dict[int, str]
+
+    def project_signed(self, signature: str) -> int | None:
+        for pid, digest in self.digests.items():
+            if hmac.compare_digest(digest, signature):
+                return pid
+        return None
+
+
+def _read_signed(
+    request: HttpRequest, spool: IO[bytes], secrets: dict[int, str], prefix: bytes, limit: int
+) -> _SignedBody:
+    size = 0
+    macs = {pid: hmac.new(secret.encode(), prefix, hashlib.sha256) for pid, secret in secrets.items()}
+    while True:
+        chunk = request.read(1024 * 1024)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > limit:
+            raise UploadRejected(f"the delivery is larger than {limit:,} bytes")
+        spool.write(chunk)
+        for mac in macs.values():
+            mac.update(chunk)
+    spool.seek(0)
+    return _SignedBody(spool, size, {pid: mac.hexdigest() for pid, mac in macs.items()})
+
+
+def _hook_fields(
+    request: HttpRequest, body: _SignedBody
+) -> tuple[dict[str, str], list[UploadedFile | ContentFile]]:
+    content_type = request.META.get("CONTENT_TYPE", "")
+    if content_type.startswith("multipart/form-data"):
+        meta = {**request.META, "CONTENT_LENGTH": str(body.size)}
+        try:
+            post, files = MultiPartParser(meta, body.file, request.upload_handlers, request.encoding).parse()
+        except MultiPartParserError as failure:
+            raise UploadRejected(f"unreadable multipart body: {failure}") from None
+        fields = {key: str(post.get(key, "")).strip() for key in post}
+        return fields, list(files.getlist("file"))
+    try:
+        payload = json.load(body.file)
+    except (json.JSONDecodeError, UnicodeDecodeError) as failure:
+        raise UploadRejected(f"the body is neither JSON nor multipart: {failure}") from None
+    if not isinstance(payload, dict):
+        raise UploadRejected("the JSON body must be an object")
+    log = payload.get("log")
+    if not isinstance(log, str) or not log:
+        raise UploadRejected("the JSON body needs the log text in 'log'")
+    fields = {key: str(value).strip() for key, value in payload.items() if key != "log" and value is not None}
+    name = f"{slugify(fields.get('job', ''))[:80] or 'ci'}.log"
+    return fields, [ContentFile(log.encode("utf-8", "replace"), name=name)]
+
+
+def _hook_candidates(request: HttpRequest) -> dict[int, str]:
+    wanted = request.GET.get("project") or request.headers.get("X-Dispatchlab-Project", "")
+    projects = Project.objects.all()
+    if wanted:
+        projects = projects.filter(slug=wanted)
+    return dict(projects.values_list("id", "webhook_secret"))
+
+
+@csrf_exempt  # authenticated by the HMAC signature, not a session
+@require_POST
+def ci_hook(request: HttpRequest) -> HttpResponse:
+    """A CI job reports a failure: verify the signature, store the log, optionally wait for the parse."""
+    too_large = _too_large(request)
+    if too_large is not None:
+        return too_large
+    signature = request.headers.get("X-Dispatchlab-Signature", "")
+    if not signature.startswith("sha256="):
+        return error("missing X-Dispatchlab-Signature: sha256=<hex>", 401)
+    signature = signature.removeprefix("sha256=").strip().lower()
+    prefix = b""
+    timestamp = request.headers.get("X-Dispatchlab-Timestamp")
+    if timestamp is not None:
+        try:
+            sent = int(timestamp.strip())
+        except ValueError:
+            return error("X-Dispatchlab-Timestamp must be unix seconds", 400)
+        max_age = settings.DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS
+        if abs(time.time() - sent) > max_age:
+            return error(f"the delivery is older than {max_age} seconds (or from the future); refused", 401)
+        prefix = f"{sent}.".encode()
+    wait = request.GET.get("wait")
+    try:
+        wait_seconds = min(MAX_WAIT_SECONDS, max(0, int(wait))) if wait else 0
+    except ValueError:
+        return error("wait must be a number of seconds (at most 60)", 400)
+
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
+        try:
+            body = _read_signed(
+                request,
+                spool,  # type: ignore[arg-type]
+                _hook_candidates(request),
+                prefix,
+                settings.DISPATCHLAB_MAX_UPLOAD_BYTES + ENVELOPE_BYTES,
+            )
+        except UploadRejected as rejected:
+            return error(" ".join(rejected.messages), 413)
+        project_id = body.project_signed(signature)
+        if project_id is None:
+            return error("bad signature", 401)
+        project = Project.objects.get(id=project_id)
+        delivery = request.headers.get("X-Dispatchlab-Delivery", "").strip()[:200] or None
+        try:
+            fields, files = _hook_fields(request, body)
+            report, created = report_submit(
+                project=project,
+                user=None,
+                files=files,
+                title=fields.get("title", ""),
+                launch_command=fields.get("launch_command", ""),
+                ci_job=fields.get("job", ""),
+                ci_url=fields.get("url", ""),
+                ci_commit=fields.get("commit", ""),
+                delivery_id=delivery,
+            )
+        except UploadRejected as rejected:
+            return error(" ".join(rejected.messages), 400)
+    answer = _created(request, report, created=created)
+    if wait_seconds:
+        report = _wait_for(report, wait_seconds)
+        answer = {**_detail(request, report), "duplicate": not created}
+    return JsonResponse(answer, status=201)
+
+
+# ---------------------------------------------------------------- /api/schema/
+
+
+@require_GET
+def schema(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(openapi_schema(server_url=request.build_absolute_uri("/")))

@@ -244,7 +244,7 @@ DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS = env_int("DISPATCHLAB_WEBHOOK_MAX_AGE_SECON
 
 # ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
 _DEFAULT_BROKER_DIR = DATA_DIR / "broker"
-BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", "filesystem://")
+BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", "filesystem://localhost/")
 CELERY_BROKER_URL = BROKER_URL
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
 if BROKER_URL.startswith("filesystem://"):
@@ -301,5 +301,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("DISPATCHLAB_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        # Django's own console handler prints these when DEBUG is on: do not print them twice.
+        "django": {"handlers": [], "level": "INFO"},
+        "django.db.backends": {"level": "WARNING"},
+    },
 }

@@ -1,0 +1,80 @@
+"""Who is calling the API: a Bearer token (hashed at rest) or a logged-in session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import HttpRequest, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+
+from dispatchlab.reports.models import ApiToken, Membership, Project, Report
+from dispatchlab.reports.selectors import projects_of, reports_visible_to
+from dispatchlab.reports.services import apitoken_authenticate
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: AbstractBaseUser
+    token: ApiToken | None  # None for a session
+
+    def projects(self) -> QuerySet[Project]:
+        if self.token is not None:
+            return Project.objects.filter(id=self.token.project_id)
+        return projects_of(self.user)
+
+    def reports(self) -> QuerySet[Report]:
+        reports = reports_visible_to(self.user)
+        if self.token is not None:
+            reports = reports.filter(project_id=self.token.project_id)
+        return reports
+
+    def can_write(self, project: Project) -> bool:
+        if self.token is not None and (self.token.read_only or self.token.project_id != project.id):
+            return False
+        return Membership.objects.filter(
+            user=self.user, project=project, role=Membership.Role.MEMBER
+        ).exists()
+
+
+def error(message: str, status: int, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def _csrf_failure(request: HttpRequest) -> JsonResponse | None:
+    """Session callers must send the CSRF token like the pages do; token callers need not."""
+
+    def no_view(request: HttpRequest) -> None:
+        return None
+
+    check = CsrfViewMiddleware(no_view)  # type: ignore[arg-type]
+    check.process_request(request)
+    rejected = check.process_view(request, no_view, (), {})
+    if rejected is not None:
+        return error("CSRF check failed; send the X-CSRFToken header or use a Bearer token", 403)
+    return None
+
+
+def authenticate(request: HttpRequest) -> Caller | JsonResponse:
+    header = request.headers.get("Authorization", "")
+    if header:
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return error("use 'Authorization: Bearer <token>'", 401, WWW_Authenticate="Bearer")
+        token = apitoken_authenticate(key=key.strip())
+        if token is None:
+            return error("invalid or revoked token", 401, WWW_Authenticate="Bearer")
+        return Caller(user=token.user, token=token)
+    if request.user.is_authenticated:
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            failure = _csrf_failure(request)
+            if failure is not None:
+                return failure
+        return Caller(user=request.user, token=None)  # type: ignore[arg-type]
+    return error(
+        "authentication required: send 'Authorization: Bearer <token>'", 401, WWW_Authenticate="Bearer"
+    )

@@ -1,0 +1,323 @@
+"""The OpenAPI 3 description of the API, written by hand as a plain dict (served at /api/schema/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STATUS = {"type": "string", "enum": ["queued", "parsing", "done", "failed"]}
+FAILURE_CLASSES = [
+    "arch_unsupported_kernel",
+    "cuda_error",
+    "cuda_graph_capture_failure",
+    "oom",
+    "nccl_error",
+    "garbage_output",
+    "dependency_error",
+    "compile_error",
+    "weight_loading_error",
+    "config_error",
+    "timeout_hang",
+    "none",
+    "other",
+]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ERRORS = {
+    "400": _json(_ref("Error"), "The request is malformed (the message says how)."),
+    "401": _json(_ref("Error"), "Missing or invalid credentials."),
+    "403": _json(_ref("Error"), "Read-only token, viewer role, or failed CSRF check."),
+    "413": _json(_ref("Error"), "The upload is larger than DISPATCHLAB_MAX_UPLOAD_BYTES."),
+}
+
+MATCH = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "title": {"type": "string"},
+        "failure_class": {"type": "string", "enum": FAILURE_CLASSES},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "lines": {"type": "array", "items": {"type": "integer"}},
+        "facts": {"type": "object"},
+        "fix": {
+            "type": "object",
+            "properties": {
+                "summary": {"type": "string"},
+                "args": {"type": "object"},
+                "env": {"type": "object"},
+                "tried_and_failed": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "decisions": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+DOCUMENT = {
+    "type": "object",
+    "description": "The `match` document of CONTRACT.md; more fields may appear.",
+    "properties": {
+        "server": {"type": "string", "enum": ["sglang", "vllm", "unknown"]},
+        "server_version": {"type": ["string", "null"]},
+        "model": {"type": ["string", "null"]},
+        "gpu": {
+            "type": "object",
+            "properties": {
+                "name": {"type": ["string", "null"]},
+                "arch": {"type": ["string", "null"]},
+                "count": {"type": ["integer", "null"]},
+            },
+        },
+        "server_args": {"type": "object"},
+        "backends": {"type": "object", "additionalProperties": {"type": "string"}},
+        "draft_backends": {"type": "object", "additionalProperties": {"type": "string"}},
+        "timeline": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "line": {"type": "integer"},
+                    "time": {"type": ["string", "null"]},
+                    "rank": {"type": ["string", "null"]},
+                    "kind": {"type": "string", "enum": ["phase", "backend", "warning", "error", "metric"]},
+                    "name": {"type": "string"},
+                    "detail": {"type": "string"},
+                },
+            },
+        },
+        "tracebacks": {"type": "array", "items": {"type": "object"}},
+        "kernels": {"type": "array", "items": {"type": "string"}},
+        "crash": {"type": ["object", "null"]},
+        "outcome": {"type": "string", "enum": ["crashed", "ready", "serving", "incomplete"]},
+        "matches": {"type": "array", "items": MATCH},
+        "failure_class": {"type": "string", "enum": FAILURE_CLASSES},
+        "fingerprint": {"type": "string"},
+    },
+}
+
+CREATED = {
+    "type": "object",
+    "required": ["id", "url", "status"],
+    "properties": {
+        "id": {"type": "integer"},
+        "url": {"type": "string", "format": "uri", "description": "the report's page"},
+        "status": STATUS,
+        "duplicate": {"type": "boolean", "description": "the same upload or delivery was already stored"},
+    },
+}
+
+REPORT = {
+    "type": "object",
+    "required": ["id", "status", "error", "document"],
+    "properties": {
+        "id": {"type": "integer"},
+        "url": {"type": "string", "format": "uri"},
+        "project": {"type": "string"},
+        "title": {"type": "string"},
+        "status": STATUS,
+        "progress": {"type": "number", "minimum": 0, "maximum": 100},
+        "error": {"type": ["string", "null"], "description": "why parsing failed, for people"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "finished_at": {"type": ["string", "null"], "format": "date-time"},
+        "failure_class": {"type": ["string", "null"]},
+        "document": {"oneOf": [_ref("Document"), {"type": "null"}]},
+    },
+}
+
+UPLOAD = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {
+            "type": "array",
+            "items": {"type": "string", "format": "binary"},
+            "description": "one log (.log, .txt, .gz, .zip); several files in this field make one report",
+        },
+        "title": {"type": "string"},
+        "launch_command": {"type": "string"},
+        "project": {
+            "type": "string",
+            "description": "project slug; needed only for a session in several projects",
+        },
+    },
+}
+
+HOOK_JSON = {
+    "type": "object",
+    "required": ["log"],
+    "properties": {
+        "log": {"type": "string", "description": "the log text"},
+        "job": {"type": "string"},
+        "url": {"type": "string"},
+        "commit": {"type": "string"},
+        "title": {"type": "string"},
+        "launch_command": {"type": "string"},
+    },
+}
+
+
+def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "dispatchlab API",
+            "version": "1",
+            "description": (
+                "Upload SGLang/vLLM server logs and read the diagnosis. Parsing runs in a worker: "
+                "POST answers at once, GET tells the status."
+            ),
+        },
+        "servers": [{"url": server_url}],
+        "security": [{"bearer": []}, {"session": []}],
+        "paths": {
+            "/api/v1/reports": {
+                "post": {
+                    "operationId": "reports_create",
+                    "summary": "Upload a log; parsing happens in a worker",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"multipart/form-data": {"schema": UPLOAD}},
+                    },
+                    "responses": {
+                        "201": _json(CREATED, "Stored (or found, when duplicate is true)."),
+                        **ERRORS,
+                    },
+                },
+                "get": {
+                    "operationId": "reports_list",
+                    "summary": "The newest reports the caller may see",
+                    "parameters": [
+                        {"name": "project", "in": "query", "schema": {"type": "string"}},
+                        {"name": "status", "in": "query", "schema": STATUS},
+                        {"name": "failure_class", "in": "query", "schema": {"type": "string"}},
+                        {"name": "limit", "in": "query", "schema": {"type": "integer", "maximum": 100}},
+                    ],
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "properties": {"reports": {"type": "array", "items": _ref("ReportSummary")}},
+                            },
+                            "Reports, newest first.",
+                        ),
+                        "401": ERRORS["401"],
+                    },
+                },
+            },
+            "/api/v1/reports/{id}": {
+                "get": {
+                    "operationId": "reports_read",
+                    "summary": "A report's status and, once done, its document",
+                    "parameters": [
+                        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+                    ],
+                    "responses": {
+                        "200": _json(_ref("Report"), "The report."),
+                        "401": ERRORS["401"],
+                        "404": _json(_ref("Error"), "No such report, or not in the caller's projects."),
+                    },
+                }
+            },
+            "/api/v1/hooks/ci": {
+                "post": {
+                    "operationId": "hooks_ci",
+                    "summary": "A CI job reports a failed run",
+                    "description": (
+                        "Signed with X-Dispatchlab-Signature: sha256=<hex HMAC-SHA256 under the project's "
+                        "webhook secret> over the raw body, or over '<timestamp>.<raw body>' when "
+                        "X-Dispatchlab-Timestamp (unix seconds) is sent; then deliveries older than 5 "
+                        "minutes are refused. X-Dispatchlab-Delivery makes a repeat return the first "
+                        "delivery's report. The project is the one whose secret signed the body; "
+                        "?project=<slug> or X-Dispatchlab-Project narrows the search."
+                    ),
+                    "security": [],
+                    "parameters": [
+                        {
+                            "name": "wait",
+                            "in": "query",
+                            "description": "wait up to this many seconds (at most 60) for the parse",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 60},
+                        },
+                        {"name": "project", "in": "query", "schema": {"type": "string"}},
+                        {
+                            "name": "X-Dispatchlab-Signature",
+                            "in": "header",
+                            "required": True,
+                            "schema": {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
+                        },
+                        {"name": "X-Dispatchlab-Timestamp", "in": "header", "schema": {"type": "integer"}},
+                        {"name": "X-Dispatchlab-Delivery", "in": "header", "schema": {"type": "string"}},
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": HOOK_JSON},
+                            "multipart/form-data": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["file"],
+                                    "properties": {
+                                        "file": {
+                                            "type": "array",
+                                            "items": {"type": "string", "format": "binary"},
+                                        },
+                                        "job": {"type": "string"},
+                                        "url": {"type": "string"},
+                                        "commit": {"type": "string"},
+                                    },
+                                }
+                            },
+                        },
+                    },
+                    "responses": {
+                        "201": _json(
+                            {"oneOf": [CREATED, _ref("Report")]},
+                            "Stored; with ?wait, the report as GET answers it once parsed (or when the wait ends).",
+                        ),
+                        **ERRORS,
+                    },
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a token from `manage.py apitoken`",
+                },
+                "session": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
+            },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {"type": "string"}},
+                },
+                "Report": REPORT,
+                "ReportSummary": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "url": {"type": "string"},
+                        "project": {"type": "string"},
+                        "title": {"type": "string"},
+                        "status": STATUS,
+                        "failure_class": {"type": ["string", "null"]},
+                        "top_match_title": {"type": ["string", "null"]},
+                        "server": {"type": ["string", "null"]},
+                        "arch": {"type": ["string", "null"]},
+                        "created_at": {"type": "string", "format": "date-time"},
+                    },
+                },
+                "Document": DOCUMENT,
+                "Match": MATCH,
+            },
+        },
+    }

@@ -1,0 +1,622 @@
+"""Everything that changes reports, projects and tokens. Views, tasks and commands call these.
+
+The parsing pipeline: `report_submit` stores the upload and enqueues `reports.analyze` on commit; the
+task calls `report_analyze`, which claims the row with a conditional UPDATE, runs the core on the
+stored files, and stores the document (or a failure reason a person understands). The claim carries
+a token and a heartbeat (`claimed_at`, refreshed with the progress), so a dead worker's report is
+picked up again once its claim is stale, and never parsed by two workers at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path, PurePath
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.files import File
+from django.core.files.storage import default_storage
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import Count, F, Max, Min, Q
+from django.utils import timezone
+from django.utils.text import get_valid_filename, slugify
+
+from dispatchlab.reports.models import ApiToken, FailureGroup, Membership, Project, Report, ReportFile
+
+logger = logging.getLogger(__name__)
+
+MAX_FILES_PER_REPORT = 100
+PROGRESS_EVERY_SECONDS = 0.5
+# Share of the progress bar spent parsing; the rest is the line index.
+PARSE_SHARE = 90.0
+
+
+class UploadRejected(ValidationError):
+    """The upload cannot become a report (no file, too large, too many files). Message for people."""
+
+
+class Outcome(enum.StrEnum):
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # already done or failed: nothing to do
+    BUSY = "busy"  # another worker holds a fresh claim
+    LOST = "lost"  # our claim was taken over while we worked (we were too slow to heartbeat)
+    MISSING = "missing"  # the report was deleted
+
+
+class ClaimLost(Exception):
+    """Raised from the progress callback when another worker took over the report."""
+
+
+# ---------------------------------------------------------------- projects, members, tokens
+
+
+def project_create(*, name: str, slug: str = "") -> Project:
+    slug = slug or slugify(name) or "project"
+    base, n = slug, 2
+    while Project.objects.filter(slug=slug).exists():
+        slug = f"{base}-{n}"
+        n += 1
+    return Project.objects.create(name=name, slug=slug)
+
+
+def membership_ensure(
+    *, user: AbstractBaseUser, project: Project, role: str = Membership.Role.MEMBER
+) -> Membership:
+    membership, _ = Membership.objects.get_or_create(user=user, project=project, defaults={"role": role})
+    return membership
+
+
+def project_rotate_webhook_secret(*, project: Project) -> str:
+    project.webhook_secret = secrets.token_urlsafe(32)
+    project.save(update_fields=["webhook_secret"])
+    return project.webhook_secret
+
+
+TOKEN_PREFIX = "dl_"
+
+
+def _token_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def apitoken_create(
+    *, user: AbstractBaseUser, project: Project, read_only: bool = False
+) -> tuple[ApiToken, str]:
+    """A new token; the key itself is returned once and only its hash is stored."""
+    key = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user,
+        project=project,
+        key_hash=_token_hash(key),
+        prefix=key[: len(TOKEN_PREFIX) + 8],
+        read_only=read_only,
+    )
+    return token, key
+
+
+def apitoken_authenticate(*, key: str) -> ApiToken | None:
+    """The token for this key, if it exists and its user is active and still in the project."""
+    if not key.startswith(TOKEN_PREFIX):
+        return None
+    token = ApiToken.objects.select_related("user", "project").filter(key_hash=_token_hash(key)).first()
+    if token is None or not token.user.is_active:
+        return None
+    if not Membership.objects.filter(user=token.user, project=token.project).exists():
+        return None
+    now = timezone.now()
+    # One write a minute is enough to tell used tokens from forgotten ones.
+    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
+        ApiToken.objects.filter(id=token.id).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    username: str
+    password: str | None  # None when the user already existed
+    project: Project
+
+
+def user_bootstrap(
+    *, username: str = "admin", password: str = "", project_name: str = "default"
+) -> Bootstrap | None:
+    """Create the first user (a superuser), a project and the membership, when there is no user yet."""
+    user_model = get_user_model()
+    if user_model.objects.exists():
+        return None
+    password = password or secrets.token_urlsafe(12)
+    with transaction.atomic():
+        user = user_model.objects.create_superuser(username=username, email="", password=password)
+        project = Project.objects.filter(name=project_name).first() or project_create(name=project_name)
+        membership_ensure(user=user, project=project)
+    return Bootstrap(username=username, password=password, project=project)
+
+
+# ---------------------------------------------------------------- uploads
+
+
+def _original_name(file: File, position: int) -> str:
+    raw = PurePath(str(file.name or "").replace("\\", "/")).name
+    try:
+        name = get_valid_filename(raw)
+    except Exception:  # get_valid_filename raises SuspiciousFileOperation on "." and ".."
+        name = ""
+    return (name or f"upload-{position}.log")[-200:]
+
+
+def _file_size(file: File) -> int:
+    size = getattr(file, "size", None)
+    if size is None:
+        file.seek(0, os.SEEK_END)
+        size = file.tell()
+        file.seek(0)
+    return int(size)
+
+
+def _checksum(files: Sequence[File]) -> str:
+    digest = hashlib.sha256()
+    for file in files:
+        file.seek(0)
+        for chunk in file.chunks():
+            digest.update(chunk)
+        file.seek(0)
+    return digest.hexdigest()
+
+
+def _enqueue(report_id: int) -> None:
+    from dispatchlab.reports.tasks import report_analyze_task
+
+    Report.objects.filter(id=report_id).update(enqueued_at=timezone.now())
+    report_analyze_task.delay(report_id)
+
+
+def report_enqueue_on_commit(*, report_id: int) -> None:
+    # robust: a broker that is down must not turn a stored upload into an error page; the report
+    # stays queued and reports.requeue_stale sends it again.
+    transaction.on_commit(lambda: _enqueue(report_id), robust=True)
+
+
+def report_submit(
+    *,
+    project: Project,
+    user: AbstractBaseUser | None,
+    files: Sequence[File],
+    title: str = "",
+    launch_command: str = "",
+    ci_job: str = "",
+    ci_url: str = "",
+    ci_commit: str = "",
+    delivery_id: str | None = None,
+) -> tuple[Report, bool]:
+    """Store an upload (one or several files making one report) and enqueue its analysis.
+
+    Returns (report, created). The same bytes uploaded again to the same project, or the same CI
+    delivery id, return the existing report and store nothing.
+    """
+    if not files:
+        raise UploadRejected("no file was uploaded")
+    if len(files) > MAX_FILES_PER_REPORT:
+        raise UploadRejected(f"{len(files)} files in one report; at most {MAX_FILES_PER_REPORT}")
+    sizes = [_file_size(file) for file in files]
+    limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES
+    if sum(sizes) > limit:
+        raise UploadRejected(f"the upload is {sum(sizes):,} bytes; the limit is {limit:,} bytes")
+
+    if delivery_id:
+        existing = Report.objects.filter(project=project, delivery_id=delivery_id).first()
+        if existing is not None:
+            return existing, False
+    checksum = _checksum(files)
+    existing = Report.objects.filter(project=project, checksum=checksum).first()
+    if existing is not None:
+        if delivery_id and existing.delivery_id is None:
+            Report.objects.filter(id=existing.id, delivery_id__isnull=True).update(delivery_id=delivery_id)
+        return existing, False
+
+    names = [_original_name(file, position) for position, file in enumerate(files)]
+    # Files go to storage before the transaction: a 2 GiB upload must not hold a database lock.
+    stored: list[str] = []
+    try:
+        for position, (file, name) in enumerate(zip(files, names, strict=True)):
+            file.seek(0)
+            key = f"uploads/{project.slug}/{checksum[:2]}/{checksum[:16]}/{position}-{name}"
+            stored.append(default_storage.save(key, file))
+        with transaction.atomic():
+            report = Report.objects.create(
+                project=project,
+                title=(title or ci_job or names[0])[:300],
+                created_by=user if user is not None and user.is_authenticated else None,
+                checksum=checksum,
+                total_bytes=sum(sizes),
+                launch_command=launch_command,
+                ci_job=ci_job[:300],
+                ci_url=ci_url[:1000],
+                ci_commit=ci_commit[:100],
+                delivery_id=delivery_id or None,
+            )
+            ReportFile.objects.bulk_create(
+                ReportFile(report=report, file=key, original_name=name, size=size, position=position)
+                for position, (key, name, size) in enumerate(zip(stored, names, sizes, strict=True))
+            )
+            report_enqueue_on_commit(report_id=report.id)
+    except IntegrityError:
+        # Someone stored the same upload (or delivery) at the same moment: theirs wins.
+        _delete_stored(stored)
+        existing = (
+            Report.objects.filter(project=project, checksum=checksum).first()
+            or Report.objects.filter(project=project, delivery_id=delivery_id).first()
+        )
+        if existing is None:
+            raise
+        return existing, False
+    except BaseException:
+        _delete_stored(stored)
+        raise
+    return report, True
+
+
+def report_create(
+    *,
+    project: Project,
+    user: AbstractBaseUser | None,
+    files: Sequence[File],
+    title: str = "",
+    launch_command: str = "",
+) -> Report:
+    """Store an upload and enqueue its analysis; a duplicate (same bytes, same project) returns the
+    existing report."""
+    report, _ = report_submit(
+        project=project, user=user, files=files, title=title, launch_command=launch_command
+    )
+    return report
+
+
+def _delete_stored(names: Sequence[str]) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):
+            default_storage.delete(name)
+
+
+# ---------------------------------------------------------------- analysis
+
+
+def report_claim(*, report_id: int, token: str) -> bool:
+    """Take the report for parsing. True for exactly one caller: the row must be queued, or parsing
+    under a claim whose heartbeat is older than DISPATCHLAB_STALE_CLAIM_SECONDS (a dead worker)."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.DISPATCHLAB_STALE_CLAIM_SECONDS)
+    claimed = Report.objects.filter(
+        Q(status=Report.Status.QUEUED) | Q(status=Report.Status.PARSING, claimed_at__lt=stale), id=report_id
+    ).update(
+        status=Report.Status.PARSING,
+        claimed_at=now,
+        claim_token=token,
+        started_at=now,
+        progress=0.0,
+        error="",
+        attempts=F("attempts") + 1,
+    )
+    return claimed == 1
+
+
+def _heartbeat(*, report_id: int, token: str, progress: float) -> None:
+    updated = Report.objects.filter(id=report_id, claim_token=token, status=Report.Status.PARSING).update(
+        progress=round(progress, 1), claimed_at=timezone.now()
+    )
+    if updated != 1:
+        raise ClaimLost(f"report {report_id} was claimed by another worker")
+
+
+@contextlib.contextmanager
+def _local_copies(report: Report, workdir: Path) -> Iterator[list[Path]]:
+    """Paths the core can open, named as uploaded: links to local storage, downloads otherwise."""
+    paths: list[Path] = []
+    for item in report.files.order_by("position"):
+        folder = workdir / str(item.position)
+        folder.mkdir()
+        target = folder / item.original_name
+        try:
+            source = Path(default_storage.path(item.file.name))
+        except NotImplementedError:
+            with default_storage.open(item.file.name, "rb") as remote, target.open("wb") as local:
+                shutil.copyfileobj(remote, local, 4 * 1024 * 1024)
+        else:
+            if not source.exists():
+                raise FileNotFoundError(f"stored upload {item.file.name} is missing")
+            target.symlink_to(source)
+        paths.append(target)
+    yield paths
+
+
+def _readable(text: str, workdir: Path) -> str:
+    """Strip our temporary folders from the core's messages: people uploaded `crash.log`."""
+    prefix = str(workdir) + os.sep
+    if prefix not in text:
+        return text
+    out = text
+    for entry in sorted(workdir.iterdir(), key=lambda p: -len(str(p))):
+        out = out.replace(str(entry) + os.sep, "")
+    return out.replace(prefix, "")
+
+
+def _line_index_paths(report_id: int) -> tuple[Path, Path]:
+    folder = Path(settings.MEDIA_ROOT) / "reports" / str(report_id)
+    return folder / "text.log", folder / "lines.idx"
+
+
+def _fail(*, report_id: int, token: str, reason: str) -> Outcome:
+    updated = Report.objects.filter(id=report_id, claim_token=token, status=Report.Status.PARSING).update(
+        status=Report.Status.FAILED, error=reason[:4000], finished_at=timezone.now(), progress=0.0
+    )
+    return Outcome.FAILED if updated else Outcome.LOST
+
+
+def report_analyze(*, report_id: int) -> Outcome:
+    """Claim the report, parse and match its files, store the document or the reason it failed."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from dispatchlab.core import LogReadError, analyze_paths
+    from dispatchlab.core.reading import write_line_index
+
+    token = uuid.uuid4().hex
+    if not report_claim(report_id=report_id, token=token):
+        status = Report.objects.filter(id=report_id).values_list("status", flat=True).first()
+        if status is None:
+            return Outcome.MISSING
+        return Outcome.BUSY if status in (Report.Status.PARSING, Report.Status.QUEUED) else Outcome.SKIPPED
+
+    report = Report.objects.select_related("project").get(id=report_id)
+    if report.attempts > settings.DISPATCHLAB_MAX_ATTEMPTS:
+        return _fail(
+            report_id=report_id,
+            token=token,
+            reason=(
+                f"gave up after {report.attempts - 1} attempts: the worker parsing this log stopped each time "
+                "(killed, out of memory, or over the time limit)"
+            ),
+        )
+    total_bytes = max(1, report.total_bytes)
+    last_beat = 0.0
+
+    def progress(done: int, total: int | None) -> None:
+        nonlocal last_beat
+        now = time.monotonic()
+        if now - last_beat < PROGRESS_EVERY_SECONDS:
+            return
+        last_beat = now
+        share = min(1.0, done / (total or total_bytes))
+        _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE * share)
+
+    workdir = Path(tempfile.mkdtemp(prefix=f"dispatchlab-report-{report_id}-"))
+    try:
+        with _local_copies(report, workdir) as paths:
+            started = time.monotonic()
+            document = analyze_paths(paths, progress=progress)
+            parse_seconds = time.monotonic() - started
+            _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE)
+            text_path, index_path = _line_index_paths(report_id)
+            text_path.parent.mkdir(parents=True, exist_ok=True)
+            # Written aside and swapped in, so a page reading the old copy during a re-match never
+            # sees half a file.
+            tmp_text, tmp_index = text_path.with_suffix(".log.tmp"), index_path.with_suffix(".idx.tmp")
+            line_count = write_line_index(paths, tmp_text, tmp_index)
+            os.replace(tmp_text, text_path)
+            os.replace(tmp_index, index_path)
+            _clean_source_names(document, workdir)
+    except ClaimLost:
+        logger.warning("report %s: claim lost while parsing; leaving it to the new owner", report_id)
+        return Outcome.LOST
+    except LogReadError as error:
+        return _fail(report_id=report_id, token=token, reason=_readable(str(error), workdir))
+    except SoftTimeLimitExceeded:
+        return _fail(
+            report_id=report_id,
+            token=token,
+            reason=f"parsing took longer than {settings.DISPATCHLAB_TASK_SOFT_TIME_LIMIT} s and was stopped",
+        )
+    except DatabaseError:
+        # Infrastructure, not the log: give the claim back and let the task retry.
+        with contextlib.suppress(DatabaseError):
+            Report.objects.filter(id=report_id, claim_token=token).update(status=Report.Status.QUEUED)
+        raise
+    except Exception as error:
+        logger.exception("report %s: internal error while parsing", report_id)
+        message = _readable(str(error), workdir)
+        return _fail(
+            report_id=report_id,
+            token=token,
+            reason=f"internal error while parsing: {type(error).__name__}: {message}",
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    return _report_store(
+        report_id=report_id,
+        token=token,
+        document=document,
+        text_path=text_path,
+        index_path=index_path,
+        line_count=line_count,
+        parse_seconds=parse_seconds,
+    )
+
+
+def _clean_source_names(document: dict[str, Any], workdir: Path) -> None:
+    for source in document.get("sources") or []:
+        if isinstance(source, dict) and isinstance(source.get("name"), str):
+            source["name"] = _readable(source["name"], workdir)
+
+
+def _text(value: Any, limit: int) -> str:
+    return "" if value is None else str(value)[:limit]
+
+
+def report_columns(document: dict[str, Any]) -> dict[str, Any]:
+    """The denormalised Report columns of a match document."""
+    matches = document.get("matches") or []
+    top = matches[0] if matches and isinstance(matches[0], dict) else {}
+    gpu = document.get("gpu") or {}
+    backends: dict[str, Any] = {}
+    for key, value in (document.get("backends") or {}).items():
+        backends[key] = value
+    for key, value in (document.get("draft_backends") or {}).items():
+        backends[f"draft_{key}"] = value
+    return {
+        "failure_class": _text(document.get("failure_class") or "none", 40),
+        "top_match_id": _text(top.get("id"), 200),
+        "top_match_title": _text(top.get("title"), 300),
+        "fingerprint": _text(document.get("fingerprint"), 64),
+        "server": _text(document.get("server"), 20),
+        "server_version": _text(document.get("server_version"), 100),
+        "gpu_name": _text(gpu.get("name"), 200),
+        "arch": _text(gpu.get("arch"), 20),
+        "model_name": _text(document.get("model"), 300),
+        "outcome": _text(document.get("outcome"), 20),
+        "kb_digest": _text(document.get("kb_digest"), 64),
+        "backend_values": backends,
+    }
+
+
+def _group_title(document: dict[str, Any], columns: dict[str, Any]) -> str:
+    if columns["top_match_title"]:
+        return str(columns["top_match_title"])
+    crash = document.get("crash") or {}
+    parts = [str(crash.get("exception") or ""), str(crash.get("message") or "")]
+    title = ": ".join(part for part in parts if part)
+    return (title or str(columns["failure_class"]))[:300]
+
+
+def _report_store(
+    *,
+    report_id: int,
+    token: str,
+    document: dict[str, Any],
+    text_path: Path,
+    index_path: Path,
+    line_count: int,
+    parse_seconds: float,
+) -> Outcome:
+    columns = report_columns(document)
+    now = timezone.now()
+    with transaction.atomic():
+        report = Report.objects.select_for_update().filter(id=report_id).first()
+        if report is None:
+            return Outcome.MISSING
+        if report.claim_token != token or report.status != Report.Status.PARSING:
+            return Outcome.LOST
+        old_group_id = report.group_id
+        group = None
+        if columns["failure_class"] != "none" and columns["fingerprint"]:
+            group, _ = FailureGroup.objects.get_or_create(
+                project_id=report.project_id,
+                fingerprint=columns["fingerprint"],
+                defaults={
+                    "title": _group_title(document, columns),
+                    "failure_class": columns["failure_class"],
+                    "first_seen": report.created_at,
+                    "last_seen": report.created_at,
+                },
+            )
+        for field, value in columns.items():
+            setattr(report, field, value)
+        report.document = document
+        report.group = group
+        report.status = Report.Status.DONE
+        report.progress = 100.0
+        report.error = ""
+        report.finished_at = now
+        report.parse_seconds = round(parse_seconds, 3)
+        report.text_path = str(text_path)
+        report.index_path = str(index_path)
+        report.line_count = line_count
+        report.save()
+        for group_id in {old_group_id, group.id if group else None} - {None}:
+            failuregroup_refresh(group_id=group_id)  # type: ignore[arg-type]
+        if group is not None:
+            # The newest diagnosis names the group.
+            FailureGroup.objects.filter(id=group.id).update(
+                title=_group_title(document, columns), failure_class=columns["failure_class"]
+            )
+    return Outcome.DONE
+
+
+def failuregroup_refresh(*, group_id: int) -> None:
+    """Recount a group from its reports; a group left without reports is deleted."""
+    stats = Report.objects.filter(group_id=group_id).aggregate(
+        count=Count("id"), first_seen=Min("created_at"), last_seen=Max("created_at")
+    )
+    if not stats["count"]:
+        FailureGroup.objects.filter(id=group_id).delete()
+        return
+    FailureGroup.objects.filter(id=group_id).update(
+        count=stats["count"], first_seen=stats["first_seen"], last_seen=stats["last_seen"]
+    )
+
+
+# ---------------------------------------------------------------- re-matching and recovery
+
+
+def report_rematch(*, report_id: int) -> bool:
+    """Queue a finished report for another analysis (after the knowledge base changed). The old
+    document stays visible until the new one replaces it."""
+    updated = Report.objects.filter(
+        id=report_id, status__in=[Report.Status.DONE, Report.Status.FAILED]
+    ).update(status=Report.Status.QUEUED, progress=0.0, attempts=0, claimed_at=None, claim_token="")
+    if updated:
+        report_enqueue_on_commit(report_id=report_id)
+    return updated == 1
+
+
+def reports_rematch(
+    *, project: Project | None = None, include_failed: bool = False, outdated_for: str | None = None
+) -> int:
+    """Queue done reports (of one project, or all) for another analysis; with outdated_for, only
+    those matched by another knowledge-base digest. Returns how many were queued."""
+    statuses = [Report.Status.DONE] + ([Report.Status.FAILED] if include_failed else [])
+    reports = Report.objects.filter(status__in=statuses)
+    if project is not None:
+        reports = reports.filter(project=project)
+    if outdated_for is not None:
+        reports = reports.exclude(status=Report.Status.DONE, kb_digest=outdated_for)
+    count = 0
+    for report_id in reports.values_list("id", flat=True).iterator():
+        with transaction.atomic():
+            count += report_rematch(report_id=report_id)
+    return count
+
+
+def reports_requeue_stale() -> int:
+    """Send the task again for reports a broker may have lost: queued without a task for longer than
+    the stale-claim time, or parsing under a stale claim. The claim makes duplicates harmless."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.DISPATCHLAB_STALE_CLAIM_SECONDS)
+    stuck = Report.objects.filter(
+        Q(status=Report.Status.QUEUED, enqueued_at__lt=stale)
+        | Q(status=Report.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=stale)
+        | Q(status=Report.Status.PARSING, claimed_at__lt=stale)
+    ).values_list("id", flat=True)
+    count = 0
+    for report_id in list(stuck[:1000]):
+        with transaction.atomic():
+            report_enqueue_on_commit(report_id=report_id)
+        count += 1
+    if count:
+        logger.info("re-enqueued %d stale reports", count)
+    return count

@@ -1,0 +1,44 @@
+"""Celery tasks: thin wrappers taking ids; the work and its safety live in services.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+from django.db import InterfaceError, OperationalError
+
+# A duplicate task finding the report claimed by a live worker looks again this many times, once
+# each stale-claim period; after that the periodic reports.requeue_stale is the safety net.
+BUSY_RECHECKS = 3
+
+
+@shared_task(
+    name="reports.analyze",
+    bind=True,
+    # Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
+    acks_late=True,
+    reject_on_worker_lost=True,
+    # Only infrastructure errors are retried; a bad log is a stored failure, not a retry.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=True,
+    retry_jitter=True,
+    max_retries=5,
+)
+def report_analyze_task(self: Any, report_id: int) -> str:
+    from django.conf import settings
+
+    from dispatchlab.reports.services import Outcome, report_analyze
+
+    outcome = report_analyze(report_id=int(report_id))
+    if outcome == Outcome.BUSY and self.request.retries < BUSY_RECHECKS:
+        # Another worker holds the claim; if it died (this message may be its redelivery), the claim
+        # goes stale and the next look takes the report over.
+        raise self.retry(countdown=settings.DISPATCHLAB_STALE_CLAIM_SECONDS + 1, max_retries=BUSY_RECHECKS)
+    return outcome.value
+
+
+@shared_task(name="reports.requeue_stale", acks_late=False)
+def reports_requeue_stale_task() -> int:
+    from dispatchlab.reports.services import reports_requeue_stale
+
+    return reports_requeue_stale()
