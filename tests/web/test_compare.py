@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import copy
+
+from fixtures_docs import CRASH_DOC, FIXED_DOC
+
+from dispatchlab.front.compare import compare_documents
+
+
+def test_the_first_differing_backend_decision_is_the_earliest_decided_one():
+    c = compare_documents(CRASH_DOC, FIXED_DOC)
+    first = c.first_difference
+    assert (first.model, first.key) == ("draft", "quantization")
+    assert first.a.value == "mxfp4" and first.a.line == 1376 and first.a.source == "message"
+    assert first.b.value is None
+
+
+def test_a_main_backend_chosen_by_flag_comes_before_later_draft_messages():
+    b = copy.deepcopy(CRASH_DOC)
+    b["backends"]["moe_runner_backend"] = "flashinfer_cutlass"
+    b["backend_origins"]["moe_runner_backend"] = {
+        "value": "flashinfer_cutlass",
+        "source": "flag",
+        "line": 1,
+        "text": "--moe-runner-backend flashinfer_cutlass",
+    }
+    c = compare_documents(CRASH_DOC, b)
+    assert (c.first_difference.model, c.first_difference.key) == ("main", "moe_runner_backend")
+    assert (c.first_difference.a.value, c.first_difference.b.value) == ("triton", "flashinfer_cutlass")
+    # draft rows exist in both and are equal
+    assert not any(row.differs for row in c.backends if row.model == "draft")
+
+
+def test_identical_reports_have_no_difference():
+    c = compare_documents(CRASH_DOC, copy.deepcopy(CRASH_DOC))
+    assert c.first_difference is None
+    assert c.args == []
+    assert c.args_same == len(CRASH_DOC["server_args"])
+    assert not any(row.differs for row in c.versions)
+
+
+def test_only_the_differing_server_args_are_listed():
+    c = compare_documents(CRASH_DOC, FIXED_DOC)
+    assert [row.key for row in c.args] == [
+        "speculative_algorithm",
+        "speculative_eagle_topk",
+        "speculative_moe_runner_backend",
+        "speculative_num_draft_tokens",
+        "speculative_num_steps",
+    ]
+    assert c.args[0].a == "EAGLE" and c.args[0].b == "(absent)"
+    assert "Only the first report runs a draft" in c.notes[0]
+
+
+def test_versions_keep_their_canonical_order_and_mark_changes():
+    b = copy.deepcopy(CRASH_DOC)
+    b["versions"]["flashinfer"] = "0.5.4"
+    c = compare_documents(CRASH_DOC, b)
+    assert [row.key for row in c.versions][:3] == ["sglang", "vllm", "torch"]
+    flashinfer = next(row for row in c.versions if row.key == "flashinfer")
+    assert flashinfer.differs and (flashinfer.a, flashinfer.b) == ("0.5.3", "0.5.4")
+
+
+def test_phase_durations_are_compared_per_model_using_the_slowest_rank():
+    c = compare_documents(CRASH_DOC, FIXED_DOC)
+    rows = {(row.model, row.name): row for row in c.phases}
+    capture = rows[("main", "cuda_graph_capture")]
+    assert capture.a == 20.2 and capture.b == 18.4 and capture.delta == -1.8
+    assert rows[("main", "serving")].a is None and rows[("main", "serving")].differs
+    assert rows[("draft", "cuda_graph_capture")].b is None
+    # main phases come first, in launch order
+    assert [row.name for row in c.phases if row.model == "main"][:3] == ["init", "weight_loading", "kv_cache"]
