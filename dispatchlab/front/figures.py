@@ -311,18 +311,18 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
             }
         )
 
-    height = 150 + 34 * len(lanes)
+    height = 130 + 32 * len(lanes)
     return {
         "data": traces,
         "layout": {
             "height": height,
-            "margin": {"l": 10, "r": 20, "t": 10, "b": 45},
+            "margin": {"l": 10, "r": 20, "t": 40, "b": 40},
             "barmode": "overlay",
             "hovermode": "closest",
             "hoverlabel": {"align": "left"},
             "xaxis": {
                 "type": "date" if axis.mode == "time" else "linear",
-                "title": {"text": "time" if axis.mode == "time" else "log line"},
+                "title": {"text": "" if axis.mode == "time" else "log line"},
                 "zeroline": False,
                 "showgrid": True,
             },
@@ -333,7 +333,7 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
                 "categoryarray": list(reversed(lanes)),
                 "automargin": True,
             },
-            "legend": {"orientation": "h", "y": -0.2 if len(lanes) < 4 else -0.08, "x": 0},
+            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
             "plot_bgcolor": "#fbfcfe",
         },
         "config": {"displaylogo": False, "responsive": True},

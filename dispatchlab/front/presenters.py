@@ -14,11 +14,13 @@ ORIGIN_HELP = {
     "args": "read from the server-args dump",
     "message": "reported by a log message",
     "default": "no line names it: the server's default",
+    "inherited": "not set for the draft: it takes the main model's value",
 }
 
 
 def flag_name(key: str) -> str:
-    return "--" + key.replace("_", "-")
+    """`moe_runner_backend` or `--moe-runner-backend` -> `--moe-runner-backend`."""
+    return key if key.startswith("-") else "--" + key.replace("_", "-")
 
 
 def fix_patch(fix: dict[str, Any] | None) -> str:
