@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -31,7 +32,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.core.files import File
 from django.core.files.storage import default_storage
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.models import Count, F, Max, Min, Q
 from django.utils import timezone
 from django.utils.text import get_valid_filename, slugify
@@ -324,6 +325,39 @@ def _heartbeat(*, report_id: int, token: str, progress: float) -> None:
         raise ClaimLost(f"report {report_id} was claimed by another worker")
 
 
+class _Heartbeat(threading.Thread):
+    """Keeps the claim fresh while the core works, whether or not it reports progress (compiling
+    the knowledge base, matching). Dies with the process, so a killed worker's claim goes stale."""
+
+    def __init__(self, *, report_id: int, token: str) -> None:
+        super().__init__(name=f"heartbeat-report-{report_id}", daemon=True)
+        self.report_id = report_id
+        self.token = token
+        self.every = max(0.5, settings.DISPATCHLAB_STALE_CLAIM_SECONDS / 3)
+        self.stopped = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(self.every):
+                try:
+                    updated = Report.objects.filter(
+                        id=self.report_id, claim_token=self.token, status=Report.Status.PARSING
+                    ).update(claimed_at=timezone.now())
+                except DatabaseError as failure:
+                    logger.warning("report %s: heartbeat failed: %s", self.report_id, failure)
+                    continue
+                if updated != 1:
+                    self.lost = True
+                    return
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=5)
+
+
 @contextlib.contextmanager
 def _local_copies(report: Report, workdir: Path) -> Iterator[list[Path]]:
     """Paths the core can open, named as uploaded: links to local storage, downloads otherwise."""
@@ -365,6 +399,7 @@ def _fail(*, report_id: int, token: str, reason: str) -> Outcome:
     updated = Report.objects.filter(id=report_id, claim_token=token, status=Report.Status.PARSING).update(
         status=Report.Status.FAILED, error=reason[:4000], finished_at=timezone.now(), progress=0.0
     )
+    logger.info("report %s: failed: %s", report_id, reason)
     return Outcome.FAILED if updated else Outcome.LOST
 
 
@@ -397,6 +432,8 @@ def report_analyze(*, report_id: int) -> Outcome:
 
     def progress(done: int, total: int | None) -> None:
         nonlocal last_beat
+        if heartbeat.lost:
+            raise ClaimLost(f"report {report_id} was claimed by another worker")
         now = time.monotonic()
         if now - last_beat < PROGRESS_EVERY_SECONDS:
             return
@@ -405,6 +442,8 @@ def report_analyze(*, report_id: int) -> Outcome:
         _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE * share)
 
     workdir = Path(tempfile.mkdtemp(prefix=f"dispatchlab-report-{report_id}-"))
+    heartbeat = _Heartbeat(report_id=report_id, token=token)
+    heartbeat.start()
     try:
         with _local_copies(report, workdir) as paths:
             started = time.monotonic()
@@ -445,9 +484,10 @@ def report_analyze(*, report_id: int) -> Outcome:
             reason=f"internal error while parsing: {type(error).__name__}: {message}",
         )
     finally:
+        heartbeat.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    return _report_store(
+    outcome = _report_store(
         report_id=report_id,
         token=token,
         document=document,
@@ -456,6 +496,15 @@ def report_analyze(*, report_id: int) -> Outcome:
         line_count=line_count,
         parse_seconds=parse_seconds,
     )
+    logger.info(
+        "report %s: parsed in %.2fs (attempt %d): %s, %s",
+        report_id,
+        parse_seconds,
+        report.attempts,
+        document.get("failure_class"),
+        outcome.value,
+    )
+    return outcome
 
 
 def _clean_source_names(document: dict[str, Any], workdir: Path) -> None:
