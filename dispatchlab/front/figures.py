@@ -370,28 +370,32 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
         return xs, ys, lines
 
     traces: list[dict[str, Any]] = []
+    # decode and prefill throughput differ by two orders of magnitude: each gets its own axis, and
+    # the request counts their own panel below
     specs = [
-        ("gen_throughput", ("decode", "vllm"), "generation tok/s", "y", "#1f5fbf", "solid"),
-        ("input_throughput", ("prefill", "vllm"), "prefill tok/s", "y", "#6cc3b5", "solid"),
-        ("running", ("decode", "prefill", "vllm"), "running requests", "y2", "#888888", "dot"),
-        ("queued", ("decode", "prefill", "vllm"), "queued requests", "y2", "#d98a00", "dot"),
+        ("gen_throughput", ("decode", "vllm"), "generation tok/s", "y", "#1f5fbf", "solid", "lines"),
+        ("input_throughput", ("prefill", "vllm"), "prefill tok/s", "y2", "#2a9d8f", "dot", "markers"),
+        ("running", ("decode", "prefill", "vllm"), "running requests", "y3", "#666666", "solid", "lines"),
+        ("queued", ("decode", "prefill", "vllm"), "queued requests", "y3", "#d98a00", "solid", "lines"),
     ]
-    for field, kinds, name, yaxis, color, dash in specs:
+    for field, kinds, name, yaxis, color, dash, mode in specs:
         xs, ys, lines = series(field, kinds)
         if not xs:
             continue
+        if mode == "lines" and len(xs) < 80:
+            mode = "lines+markers"
         traces.append(
             {
                 "type": "scatter",
-                "mode": "lines+markers" if len(xs) < 80 else "lines",
+                "mode": mode,
                 "name": name,
                 "x": xs,
                 "y": ys,
                 "yaxis": yaxis,
                 "customdata": [[None, line] for line in lines],
                 "hovertemplate": f"{name}: %{{y}}<br>line %{{customdata[1]}}<extra></extra>",
-                "line": {"color": color, "dash": dash, "width": 2 if yaxis == "y" else 1},
-                "marker": {"size": 4},
+                "line": {"color": color, "dash": dash, "width": 2 if yaxis == "y" else 1.5},
+                "marker": {"size": 5 if mode == "markers" else 3, "color": color},
             }
         )
     if not traces:
@@ -403,23 +407,24 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "data": traces,
         "layout": {
-            "height": 300,
-            "margin": {"l": 60, "r": 60, "t": 30, "b": 40},
+            "height": 360,
+            "margin": {"l": 60, "r": 60, "t": 50, "b": 40},
             "hovermode": "x unified",
-            "title": {"text": note, "font": {"size": 12}, "x": 0.01},
+            "title": {"text": note, "font": {"size": 11}, "x": 1, "xanchor": "right", "y": 0.99},
             "xaxis": {
                 "type": "date" if axis.mode == "time" else "linear",
-                "title": {"text": "time" if axis.mode == "time" else "log line"},
+                "title": {"text": "" if axis.mode == "time" else "log line"},
             },
-            "yaxis": {"title": {"text": "tokens/s"}, "rangemode": "tozero"},
+            "yaxis": {"title": {"text": "decode tok/s"}, "rangemode": "tozero", "domain": [0.38, 1]},
             "yaxis2": {
-                "title": {"text": "requests"},
+                "title": {"text": "prefill tok/s"},
                 "overlaying": "y",
                 "side": "right",
                 "rangemode": "tozero",
                 "showgrid": False,
             },
-            "legend": {"orientation": "h", "y": -0.25, "x": 0},
+            "yaxis3": {"title": {"text": "requests"}, "rangemode": "tozero", "domain": [0, 0.26]},
+            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
             "plot_bgcolor": "#fbfcfe",
         },
         "config": {"displaylogo": False, "responsive": True},
@@ -450,12 +455,15 @@ def sparkline_svg(counts: list[int], *, width: int = 120, height: int = 24) -> S
     )
     return format_html(
         '<svg class="sparkline" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-        "<title>{}</title>{}</svg>",
+        '<title>{}</title><line x1="0" y1="{}" x2="{}" y2="{}"></line>{}</svg>',
         width,
         height,
         width,
         height,
         f"{sum(counts)} in {len(counts)} days",
         f"{sum(counts)} in the last {len(counts)} days, most {max(counts)} a day",
+        f"{height - 0.5:.1f}",
+        width,
+        f"{height - 0.5:.1f}",
         rects,
     )

@@ -103,3 +103,36 @@ def seed_case_lines(filler: int = 300) -> list[str]:
 
 def seed_case_log(filler: int = 300) -> str:
     return "\n".join(seed_case_lines(filler)) + "\n"
+
+
+def fixed_run_lines(decode_batches: int = 120) -> list[str]:
+    """The same launch without speculative decoding and with an SM120 MoE runner: it serves, and the
+    log carries SGLang's batch metrics."""
+    lines = [
+        line.replace(" --speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4", "")
+        .replace(
+            "speculative_algorithm='EAGLE', speculative_num_steps=3, speculative_eagle_topk=1, "
+            "speculative_num_draft_tokens=4, speculative_moe_runner_backend='triton', ",
+            "",
+        )
+        .replace("--moe-runner-backend triton", "--moe-runner-backend flashinfer_cutlass")
+        .replace("moe_runner_backend='triton'", "moe_runner_backend='flashinfer_cutlass'")
+        .replace("Use triton as MoE runner backend.", "Use flashinfer_cutlass as MoE runner backend.")
+        for line in seed_case_lines(filler=100)
+    ]
+    cut = next(i for i, line in enumerate(lines) if "DeepGemm is enabled" in line)
+    lines = [line for line in lines[:cut] if "WARNING <" not in line]
+    t = 200
+    lines.append(f"[{_ts(t)}] The server is fired up and ready to roll!")
+    for n in range(decode_batches):
+        t += 2
+        if n % 10 == 0:
+            lines.append(
+                f"[{_ts(t)} TP0] Prefill batch. #new-seq: 4, #new-token: 8192, #cached-token: 0, token usage: 0.0{n % 9}, "
+                f"#running-req: {n % 32}, #queue-req: {max(0, n % 40 - 30)}, input throughput (token/s): {5200 + 13 * n:.2f}"
+            )
+        lines.append(
+            f"[{_ts(t)} TP0] Decode batch. #running-req: {8 + n % 24}, #token: {4096 + 64 * n}, token usage: 0.{10 + n % 80:02d}, "
+            f"cuda graph: True, gen throughput (token/s): {60 + (n * 7) % 25:.2f}, #queue-req: {max(0, n % 40 - 30)}"
+        )
+    return lines

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from seedlog import HOSTILE, seed_case_lines
+from seedlog import HOSTILE, fixed_run_lines, seed_case_lines
 
 from dispatchlab.reports.models import Report
 from dispatchlab.reports.services import report_analyze, report_create
@@ -153,3 +153,23 @@ def test_the_report_page_follows_parsing_progress_live(page, lab, alice):
     report_analyze(report_id=report.pk)
     page.wait_for_selector("#timeline-chart[data-drawn='1']")
     assert page.url.endswith(f"/reports/{report.pk}/")
+
+
+def test_compare_the_crash_with_the_fixed_run(page, lab, alice, artifacts: Path):
+    crash = _analyzed_report(lab, alice, seed_case_lines(filler=50))
+    fixed = _analyzed_report(lab, alice, fixed_run_lines(decode_batches=150))
+    page.goto(f"/reports/{fixed.pk}/")
+    page.wait_for_selector("#throughput-chart[data-drawn='1']")
+    assert page.locator("#throughput-chart .scatterlayer .trace").count() >= 2
+    page.locator("#throughput").screenshot(path=str(artifacts / "report-throughput.png"))
+
+    page.goto(f"/compare/?a={crash.pk}&b={fixed.pk}")
+    first = page.locator("#first-difference").inner_text()
+    assert "moe_runner_backend" in first and "triton" in first and "flashinfer_cutlass" in first
+    assert page.locator("#compare-args tr.differs").count() >= 1
+    page.screenshot(path=str(artifacts / "compare.png"), full_page=True)
+
+    page.goto("/groups/")
+    assert page.locator("svg.sparkline").count() == 1
+    page.screenshot(path=str(artifacts / "groups.png"))
+    assert page.dialogs == []

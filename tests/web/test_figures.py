@@ -115,7 +115,7 @@ def test_throughput_chart_only_when_the_log_has_batch_metrics():
     assert names == ["generation tok/s", "prefill tok/s", "running requests", "queued requests"]
     gen = fig["data"][0]
     assert len(gen["x"]) == 60 and gen["y"][0] == 180.0
-    assert fig["data"][2]["yaxis"] == "y2"
+    assert [t["yaxis"] for t in fig["data"]] == ["y", "y2", "y3", "y3"]
     assert fig["layout"]["xaxis"]["type"] == "date"
 
 
