@@ -14,9 +14,7 @@ ProgressCallback = Callable[[int, int | None], None]
 __all__ = ["LogReadError", "ProgressCallback", "analyze_paths", "match_document", "parse_paths"]
 
 
-def parse_paths(
-    paths: Sequence[str | Path], *, progress: ProgressCallback | None = None
-) -> dict[str, Any]:
+def parse_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Parse one or several logs (several files make one document, in the given order).
 
     Returns the JSON-able parsed document of CONTRACT.md. Raises LogReadError with a one-line,
@@ -28,9 +26,7 @@ def parse_paths(
     return parse_sources(open_sources(paths), progress=progress).to_dict()
 
 
-def analyze_paths(
-    paths: Sequence[str | Path], *, progress: ProgressCallback | None = None
-) -> dict[str, Any]:
+def analyze_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Parse, then match the knowledge base: the `match` document of CONTRACT.md."""
     from dispatchlab.core.matching import analyze_sources
     from dispatchlab.core.reading import open_sources

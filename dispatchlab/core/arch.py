@@ -9,8 +9,11 @@ _GPU_NAME_TABLE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(p, re.I), arch)
     for p, arch in [
         (r"\bGB10\b|DGX Spark", "sm_121"),
-        (r"RTX PRO \d+ Blackwell|RTX PRO 6000|RTX 50\d0|RTX 5090|Blackwell Max-Q|Blackwell Server Edition|"
-         r"Blackwell Workstation|GeForce RTX 50", "sm_120"),
+        (
+            r"RTX PRO \d+ Blackwell|RTX PRO 6000|RTX 50\d0|RTX 5090|Blackwell Max-Q|Blackwell Server Edition|"
+            r"Blackwell Workstation|GeForce RTX 50",
+            "sm_120",
+        ),
         (r"\bThor\b", "sm_110"),
         (r"\bG?B300\b", "sm_103"),
         (r"\bG?B200\b|\bB100\b", "sm_100"),
@@ -77,7 +80,9 @@ DEVICE_STATEMENTS = [
     re.compile(r"(?:on|for) this GPU \((?P<tok>SM\d{2,3})\)"),
     re.compile(r"detected (?:GPU )?(?:arch(?:itecture)? )?(?P<tok>sm_\d{2,3})", re.I),
 ]
-WEAK_ARCH = re.compile(r"\b(?:sm_?1[0-2]\d[af]?|sm_?[5-9]\d[af]?)\b|Sm1[0-2]\d[af]?Kernel|/1[0-2]\d[af]/", re.I)
+WEAK_ARCH = re.compile(
+    r"\b(?:sm_?1[0-2]\d[af]?|sm_?[5-9]\d[af]?)\b|Sm1[0-2]\d[af]?Kernel|/1[0-2]\d[af]/", re.I
+)
 
 
 def arch_from_statement(msg: str) -> str | None:

@@ -59,7 +59,9 @@ class ParsedLog:
     server_version: str | None = None
     engine: str | None = None  # "sglang" | "vllm" | "tensorrt_llm" | None, wider than the contract's server
     model: str | None = None
-    gpu: dict[str, Any] = field(default_factory=lambda: {"name": None, "arch": None, "count": None, "compute_capability": None})
+    gpu: dict[str, Any] = field(
+        default_factory=lambda: {"name": None, "arch": None, "count": None, "compute_capability": None}
+    )
     server_args: dict[str, Any] = field(default_factory=dict)
     server_args_complete: bool = True
     launch_command: str | None = None
@@ -78,7 +80,9 @@ class ParsedLog:
     sources: list[dict[str, Any]] = field(default_factory=list)
     line_count: int = 0
     ranks: list[str] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)  # error lines outside tracebacks (deduplicated)
+    errors: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # error lines outside tracebacks (deduplicated)
     warnings_count: int = 0
     truncated_events: int = 0
     # matches of extra patterns (the knowledge base's) by pattern index: not part of the JSON document

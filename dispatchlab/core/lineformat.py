@@ -27,7 +27,7 @@ _SGL = re.compile(
 _VLLM = re.compile(
     r"^(?:\((?P<proc>[^()]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)\)\s+)?"
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
-    r"\[(?P<src>[^\]]+?)(?::(?P<lineno>\d+))?\] ?"
+    r"\[?(?P<src>[^\]\s]+?)(?::(?P<lineno>\d+))?\] ?"
 )
 _VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[A-Za-z][\w]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)\)\s?")
 _TRTLLM = re.compile(
@@ -100,21 +100,35 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
         if m.group("ms"):
             ts += "." + m.group("ms")
         return Line(
-            number, raw, text[m.end() :], ts, _sglang_rank(m.group("ranks")) or rank, m.group("level"),
-            "sglang", True,
+            number,
+            raw,
+            text[m.end() :],
+            ts,
+            _sglang_rank(m.group("ranks")) or rank,
+            m.group("level"),
+            "sglang",
+            True,
         )
     m = _VLLM.match(text)
     if m:
         year = year_hint or "0000"
         ts = f"{year}-{m.group('md')}T{m.group('hms')}"
         return Line(
-            number, raw, text[m.end() :], ts, vllm_rank(m.group("proc"), m.group("vrank")) or rank,
-            LEVELS.get(m.group("level"), m.group("level")), "vllm", True,
+            number,
+            raw,
+            text[m.end() :],
+            ts,
+            vllm_rank(m.group("proc"), m.group("vrank")) or rank,
+            LEVELS.get(m.group("level"), m.group("level")),
+            "vllm",
+            True,
         )
     m = _VLLM_PROC_ONLY.match(text)
     if m:
         rest = text[m.end() :]
-        return Line(number, raw, rest, None, vllm_rank(m.group("proc"), m.group("vrank")) or rank, None, "vllm", True)
+        return Line(
+            number, raw, rest, None, vllm_rank(m.group("proc"), m.group("vrank")) or rank, None, "vllm", True
+        )
     m = _TRTLLM.match(text)
     if m:
         ts = None
@@ -123,12 +137,27 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
             mo, dd, yy = mdy.split("/")
             ts = f"{yy}-{mo}-{dd}T{hms}"
         return Line(
-            number, raw, text[m.end() :], ts, f"rank{m.group('rank')}" if m.group("rank") else rank,
-            LEVELS.get(m.group("lvl"), None), "trtllm", True,
+            number,
+            raw,
+            text[m.end() :],
+            ts,
+            f"rank{m.group('rank')}" if m.group("rank") else rank,
+            LEVELS.get(m.group("lvl")),
+            "trtllm",
+            True,
         )
     m = _PY_LOGGING.match(text) or _PLAIN_LEVEL_TS.match(text)
     if m:
-        return Line(number, raw, text[m.end() :], m.group("ts").replace(" ", "T"), rank, m.group("level"), "plain", True)
+        return Line(
+            number,
+            raw,
+            text[m.end() :],
+            m.group("ts").replace(" ", "T"),
+            rank,
+            m.group("level"),
+            "plain",
+            True,
+        )
     return Line(number, raw, text, None, rank, None, "plain", rank is not None)
 
 

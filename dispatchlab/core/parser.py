@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from dispatchlab.core import arch as archmod
@@ -61,18 +62,37 @@ WRAPPER_EXCEPTIONS = re.compile(
     r"Initialization failed\.|scheduler died during initialization|Worker failed with error|"
     r"^SystemExit$|^KeyboardInterrupt$|ChildProcessError"
 )
-DRAFT_FRAME = re.compile(r"speculative/|eagle_worker|eagle_draft|draft_|_nextn|nextn\.py|mtp|EagleDraft|multi_layer_eagle", re.I)
+DRAFT_FRAME = re.compile(
+    r"speculative/|eagle_worker|eagle_draft|draft_|_nextn|nextn\.py|mtp|EagleDraft|multi_layer_eagle", re.I
+)
 CAPTURE_FRAME = re.compile(r"cuda_graph|capture|CudaGraphRunner|graph_runner", re.I)
-LOAD_FRAME = re.compile(r"load_model|load_weights|model_loader|get_quant_method|create_weights|process_weights_after_loading|weight_loader")
-KV_FRAME = re.compile(r"init_memory_pool|alloc_memory_pool|KVCacheConfigurator|profile_max_num_token|kv_cache|determine_available_memory|initialize_kv_cache")
-RUNTIME_FRAME = re.compile(r"forward_extend|forward_decode|run_batch|event_loop|execute_model|step_with_batch_queue|_process_input_queue")
-KERNEL_FUNC = re.compile(r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$")
+LOAD_FRAME = re.compile(
+    r"load_model|load_weights|model_loader|get_quant_method|create_weights|process_weights_after_loading|weight_loader"
+)
+KV_FRAME = re.compile(
+    r"init_memory_pool|alloc_memory_pool|KVCacheConfigurator|profile_max_num_token|kv_cache|determine_available_memory|initialize_kv_cache"
+)
+RUNTIME_FRAME = re.compile(
+    r"forward_extend|forward_decode|run_batch|event_loop|execute_model|step_with_batch_queue|_process_input_queue"
+)
+KERNEL_FUNC = re.compile(
+    r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$"
+)
 KERNEL_TEXT = re.compile(
     r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
     r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
 )
-NOT_KERNELS = {"sgl_kernel", "jit_kernel", "triton_kernel", "triton_kernels", "common_ops", "flashinfer_kernel"}
-ERRORISH = re.compile(r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires")
+NOT_KERNELS = {
+    "sgl_kernel",
+    "jit_kernel",
+    "triton_kernel",
+    "triton_kernels",
+    "common_ops",
+    "flashinfer_kernel",
+}
+ERRORISH = re.compile(
+    r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires"
+)
 PHASE_ORDER = ["init", "weight_loading", "kv_cache", "cuda_graph_capture", "warmup", "serving"]
 
 
@@ -117,14 +137,22 @@ class LogParser:
                 if progress is not None:
                     done = min(done + len(chunk), total) if total else done + len(chunk)
                     progress(done, total)
-            run.doc.sources.append({"name": source.name, "first_line": first, "line_count": run.line_base - first + 1})
+            run.doc.sources.append(
+                {"name": source.name, "first_line": first, "line_count": run.line_base - first + 1}
+            )
         return run.finish()
+
+
+@lru_cache(maxsize=8)
+def _parser_for(extra_patterns: tuple[str, ...]) -> LogParser:
+    # compiling the multi-pattern database takes a moment: reuse it across logs (workers parse many)
+    return LogParser(extra_patterns)
 
 
 def parse_sources(
     sources: Sequence[Source], *, progress: ProgressCallback | None = None, extra_patterns: Sequence[str] = ()
 ) -> ParsedLog:
-    return LogParser(extra_patterns).parse(sources, progress)
+    return _parser_for(tuple(extra_patterns)).parse(sources, progress)
 
 
 class _Run:
@@ -146,7 +174,9 @@ class _Run:
         self.rocm = False
         self.server_votes = {"sglang": 0, "vllm": 0, "tensorrt_llm": 0}
         self.messages: list[tuple[str, Origin, str]] = []  # (key, origin, model) backend announcements
-        self.milestones: list[tuple[int, str | None, str | None, str, str]] = []  # line, time, rank, name, model
+        self.milestones: list[
+            tuple[int, str | None, str | None, str, str]
+        ] = []  # line, time, rank, name, model
         self.ready_line: int | None = None
         self.first_decode_line: int | None = None
         self.last_metric_line: int | None = None
@@ -185,7 +215,9 @@ class _Run:
             cursor = sample
             self._metric_line(chunk, sample, line_no + 1)
         self.line_base += count(b"\n")
-        self.metric_total += count(b"Decode batch") + count(b"Engine 000: Avg") + count(b"] Avg prompt throughput")
+        self.metric_total += (
+            count(b"Decode batch") + count(b"Engine 000: Avg") + count(b"] Avg prompt throughput")
+        )
 
     def _metric_samples(self, chunk: bytes) -> list[int]:
         """Start offsets of at most one batch-statistics line per `stride` bytes of log."""
@@ -245,7 +277,11 @@ class _Run:
             self._handle(line, matched, chunk, start)
 
     def _pattern_hit(self, index: int, line: Line, m: re.Match[str]) -> None:
-        if "server_args=ServerArgs(" in line.msg or "non-default args:" in line.msg or "with config:" in line.msg:
+        if (
+            "server_args=ServerArgs(" in line.msg
+            or "non-default args:" in line.msg
+            or "with config:" in line.msg
+        ):
             return
         hits = self.doc.pattern_hits.setdefault(index, [])
         if len(hits) < MAX_HITS_PER_PATTERN:
@@ -257,7 +293,9 @@ class _Run:
         if len(self.doc.timeline) >= MAX_TIMELINE_EVENTS:
             self.doc.truncated_events += 1
             return
-        self.doc.timeline.append(Event(line.number, line.time, line.rank, kind, name, detail[:MAX_MSG], model))
+        self.doc.timeline.append(
+            Event(line.number, line.time, line.rank, kind, name, detail[:MAX_MSG], model)
+        )
 
     def _state(self, rank: str | None) -> _RankState:
         state = self.rank_state.get(rank)
@@ -265,7 +303,9 @@ class _Run:
             state = self.rank_state[rank] = _RankState()
         return state
 
-    def _milestone(self, line: Line, name: str, detail: str, model: str = "main", phase: str | None = None) -> None:
+    def _milestone(
+        self, line: Line, name: str, detail: str, model: str = "main", phase: str | None = None
+    ) -> None:
         self._event(line, "phase", name, detail, model)
         self.milestones.append((line.number, line.time, line.rank, name, model))
         if phase:
@@ -310,7 +350,9 @@ class _Run:
         self._failures(line, m)
         if "kernel_name" in m or "tb_frame" in m:
             self._kernels(line, m)
-        if "warning_line" in m and not any(k in m for k in ("tb_term", "error_level", "cuda_error", "nccl_error", "oom")):
+        if "warning_line" in m and not any(
+            k in m for k in ("tb_term", "error_level", "cuda_error", "nccl_error", "oom")
+        ):
             self._warning(line)
 
     def _version(self, key: str, value: str | None) -> None:
@@ -350,7 +392,12 @@ class _Run:
         self.doc.server_args.update(fields)
         self.doc.server_args_complete = complete
         self.dump_line = line.number
-        self._event(line, "backend", "server_args", f"ServerArgs dump, {len(fields)} fields" + ("" if complete else " (cut short)"))
+        self._event(
+            line,
+            "backend",
+            "server_args",
+            f"ServerArgs dump, {len(fields)} fields" + ("" if complete else " (cut short)"),
+        )
 
     def _launch(self, line: Line, chunk: bytes, start: int) -> None:
         text = line.msg.strip()
@@ -403,11 +450,22 @@ class _Run:
             key = m["env_kv"].group("key")
             value = m["env_kv"].group("value").strip()
             mapping = {
-                "PyTorch": "torch", "PyTorch version": "torch", "sglang": "sglang", "sgl_kernel": "sgl_kernel",
-                "sgl-kernel": "sgl_kernel", "sglang-kernel": "sgl_kernel", "flashinfer_python": "flashinfer",
-                "flashinfer-python": "flashinfer", "flashinfer": "flashinfer", "triton": "triton", "vllm": "vllm",
-                "vLLM Version": "vllm", "CUDA Driver Version": "driver", "Nvidia driver version": "driver",
-                "CUDA runtime version": "cuda", "CUDA used to build PyTorch": "cuda",
+                "PyTorch": "torch",
+                "PyTorch version": "torch",
+                "sglang": "sglang",
+                "sgl_kernel": "sgl_kernel",
+                "sgl-kernel": "sgl_kernel",
+                "sglang-kernel": "sgl_kernel",
+                "flashinfer_python": "flashinfer",
+                "flashinfer-python": "flashinfer",
+                "flashinfer": "flashinfer",
+                "triton": "triton",
+                "vllm": "vllm",
+                "vLLM Version": "vllm",
+                "CUDA Driver Version": "driver",
+                "Nvidia driver version": "driver",
+                "CUDA runtime version": "cuda",
+                "CUDA used to build PyTorch": "cuda",
             }
             if key in mapping and re.match(r"^v?\d", value):
                 self._version(mapping[key], value.split()[0].lstrip("v"))
@@ -425,9 +483,19 @@ class _Run:
             name = m["env_pip"].group("name").lower()
             version = m["env_pip"].group("version")
             key = (
-                "torch" if name == "torch" else "triton" if name == "triton" else
-                "flashinfer" if name.startswith("flashinfer") and "cubin" not in name and "jit" not in name else
-                "sgl_kernel" if "kernel" in name else "sglang" if name == "sglang" else "vllm" if name == "vllm" else None
+                "torch"
+                if name == "torch"
+                else "triton"
+                if name == "triton"
+                else "flashinfer"
+                if name.startswith("flashinfer") and "cubin" not in name and "jit" not in name
+                else "sgl_kernel"
+                if "kernel" in name
+                else "sglang"
+                if name == "sglang"
+                else "vllm"
+                if name == "vllm"
+                else None
             )
             if key:
                 self._version(key, version)
@@ -462,7 +530,9 @@ class _Run:
         elif "init_dist_end" in m:
             self._milestone(line, "init_dist_end", line.msg)
         elif "load_begin" in m:
-            self._milestone(line, "weights_begin", line.msg, phase="weight_loading", model=self._model_of(rank))
+            self._milestone(
+                line, "weights_begin", line.msg, phase="weight_loading", model=self._model_of(rank)
+            )
         elif "load_end" in m:
             g = m["load_end"]
             quant = g.group("quant")
@@ -472,7 +542,9 @@ class _Run:
         elif "kv_alloc" in m:
             dtype = m["kv_alloc"].group("dtype")
             if dtype:
-                self._message_backend("kv_cache_dtype", dtype.replace("torch.", ""), line, self._model_of(rank), weak=True)
+                self._message_backend(
+                    "kv_cache_dtype", dtype.replace("torch.", ""), line, self._model_of(rank), weak=True
+                )
             self._milestone(line, "kv_cache_allocated", line.msg, model=self._model_of(rank))
         elif "mem_pool_end" in m:
             self._milestone(line, "memory_pool_end", line.msg)
@@ -548,7 +620,9 @@ class _Run:
             self._message_backend("attention_backend", m["attn_autosel"].group("backend"), line, "main")
         if "attn_hybrid" in m:
             self._message_backend("decode_attention_backend", m["attn_hybrid"].group("decode"), line, "main")
-            self._message_backend("prefill_attention_backend", m["attn_hybrid"].group("prefill"), line, "main")
+            self._message_backend(
+                "prefill_attention_backend", m["attn_hybrid"].group("prefill"), line, "main"
+            )
         if "attn_draft" in m:
             self._message_backend("attention_backend", m["attn_draft"].group("backend"), line, "draft")
         if "attn_fa3_fp8" in m:
@@ -560,7 +634,11 @@ class _Run:
         if "moe_gptoss" in m:
             g = m["moe_gptoss"]
             kernel = (g.group("kernel") or g.group("kernel2") or "").strip().lower().replace(" ", "_")
-            mapping = {"flashinfer_mxfp4": "flashinfer_mxfp4", "triton_kernels": "triton_kernel", "triton_kernel": "triton_kernel"}
+            mapping = {
+                "flashinfer_mxfp4": "flashinfer_mxfp4",
+                "triton_kernels": "triton_kernel",
+                "triton_kernel": "triton_kernel",
+            }
             self._message_backend("moe_runner_backend", mapping.get(kernel, kernel), line, "main")
         if "moe_deferred" in m:
             self._message_backend("moe_runner_backend", m["moe_deferred"].group("backend"), line, draft)
@@ -575,7 +653,13 @@ class _Run:
                 self._message_backend("quantization", g.group("dq"), line, "draft")
                 self._message_backend("quantization", g.group("mq"), line, "main", weak=True)
             elif g.group("what"):
-                self._message_backend("quantization", g.group("what").lower().replace("modelopt ", "modelopt_"), line, "main", weak=True)
+                self._message_backend(
+                    "quantization",
+                    g.group("what").lower().replace("modelopt ", "modelopt_"),
+                    line,
+                    "main",
+                    weak=True,
+                )
                 self._event(line, "backend", "quantization_detected", line.msg[:300])
             elif g.group("marlin"):
                 self._event(line, "backend", "quantization_detected", line.msg[:300])
@@ -596,7 +680,9 @@ class _Run:
             self._message_backend("moe_runner_backend", m["vllm_moe"].group("backend"), line, "main")
         elif "vllm_moe_old" in m:
             g = m["vllm_moe_old"]
-            self._message_backend("moe_runner_backend", (g.group("backend") or g.group("b2") or "").strip(), line, "main")
+            self._message_backend(
+                "moe_runner_backend", (g.group("backend") or g.group("b2") or "").strip(), line, "main"
+            )
         if "vllm_sampler" in m:
             value = "flashinfer" if "Using FlashInfer" in line.msg else "pytorch"
             self._message_backend("sampling_backend", value, line, "main")
@@ -616,7 +702,10 @@ class _Run:
             open_tb = self.open_tb.get(key)
             chained = []
             if open_tb is not None and open_tb.closed_exception and open_tb.tb.exception:
-                chained = [*open_tb.chained, {"exception": open_tb.tb.exception, "message": open_tb.tb.message}]
+                chained = [
+                    *open_tb.chained,
+                    {"exception": open_tb.tb.exception, "message": open_tb.tb.message},
+                ]
             elif open_tb is not None and open_tb.tb.exception:
                 self._close_tb(key)
             if open_tb is not None and not chained:
@@ -664,9 +753,25 @@ class _Run:
             return
         # error lines outside tracebacks
         kind = None
-        for name in ("cg_failed", "cuda_error", "device_assert", "nccl_error", "oom", "fatal_py", "cpp_abort",
-                     "died_init", "subproc_crash", "watchdog", "killed", "signal", "exit_code", "init_failed",
-                     "vllm_engine_failed", "sigquit", "garbage_output"):
+        for name in (
+            "cg_failed",
+            "cuda_error",
+            "device_assert",
+            "nccl_error",
+            "oom",
+            "fatal_py",
+            "cpp_abort",
+            "died_init",
+            "subproc_crash",
+            "watchdog",
+            "killed",
+            "signal",
+            "exit_code",
+            "init_failed",
+            "vllm_engine_failed",
+            "sigquit",
+            "garbage_output",
+        ):
             if name in m:
                 kind = name
                 break
@@ -680,7 +785,9 @@ class _Run:
             code = m["exit_code"].group("code") or m["exit_code"].group("code2")
             if code in ("0", None):
                 return
-        if kind == "signal" and not re.search(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b", msg):
+        if kind == "signal" and not re.search(
+            r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b", msg
+        ):
             return
         self._error(line, kind)
 
@@ -693,10 +800,24 @@ class _Run:
             if line.rank and line.rank not in entry["ranks"]:
                 entry["ranks"].append(line.rank)
             return
-        entry = {"line": line.number, "rank": line.rank, "ranks": [line.rank] if line.rank else [], "kind": kind,
-                 "text": text[:MAX_MSG], "count": 1, "time": line.time}
+        entry = {
+            "line": line.number,
+            "rank": line.rank,
+            "ranks": [line.rank] if line.rank else [],
+            "kind": kind,
+            "text": text[:MAX_MSG],
+            "count": 1,
+            "time": line.time,
+        }
         self.error_keys[norm] = entry
-        fatal = kind not in ("error", "sigquit", "garbage_output", "init_failed", "vllm_engine_failed", "exception")
+        fatal = kind not in (
+            "error",
+            "sigquit",
+            "garbage_output",
+            "init_failed",
+            "vllm_engine_failed",
+            "exception",
+        )
         if fatal or kind == "garbage_output":
             self.fatal_lines.append((line.number, line.rank, kind, text))
         self._event(line, "error", kind, text[:300])
@@ -711,8 +832,11 @@ class _Run:
                 return
             tb.exception = "(traceback cut off)"
         tb.chain = open_tb.chained
-        signature = (tb.exception, re.sub(r"0x[0-9a-fA-F]+|\d+", "#", tb.message)[:200],
-                     tuple(f"{f.file.rsplit('/', 1)[-1]}:{f.function}" for f in tb.frames[-12:]))
+        signature = (
+            tb.exception,
+            re.sub(r"0x[0-9a-fA-F]+|\d+", "#", tb.message)[:200],
+            tuple(f"{f.file.rsplit('/', 1)[-1]}:{f.function}" for f in tb.frames[-12:]),
+        )
         seen = self.tb_seen.get(signature)
         if seen is not None:
             seen.count += 1
@@ -724,7 +848,11 @@ class _Run:
         if len(self.doc.tracebacks) < MAX_TRACEBACKS:
             self.doc.tracebacks.append(tb)
             self.tb_seen[signature] = tb
-            self.doc.timeline.append(Event(tb.line, None, tb.rank, "error", "traceback", f"{tb.exception}: {tb.message[:250]}", None))
+            self.doc.timeline.append(
+                Event(
+                    tb.line, None, tb.rank, "error", "traceback", f"{tb.exception}: {tb.message[:250]}", None
+                )
+            )
         for frame in tb.frames:
             if KERNEL_FUNC.match(frame.function) and frame.function not in ("<module>",):
                 self._kernel(frame.function)
@@ -738,7 +866,10 @@ class _Run:
             return
         for km in KERNEL_TEXT.finditer(msg):
             name = km.group(0)
-            if '"' in msg[max(0, km.start() - 1) : km.start()] or "/" in msg[max(0, km.start() - 1) : km.start()]:
+            if (
+                '"' in msg[max(0, km.start() - 1) : km.start()]
+                or "/" in msg[max(0, km.start() - 1) : km.start()]
+            ):
                 continue
             self._kernel(name)
 
@@ -897,7 +1028,11 @@ class _Run:
             model = model.rstrip("?")
             target = doc.backend_origins if model == "main" else doc.draft_backend_origins
             current = target.get(key)
-            if current is None or current.value in ("auto", "None", "") or (not weak and current.source != "flag"):
+            if (
+                current is None
+                or current.value in ("auto", "None", "")
+                or (not weak and current.source != "flag")
+            ):
                 if weak and current is not None and current.value not in ("auto", "None", ""):
                     continue
                 target[key] = origin
@@ -920,7 +1055,9 @@ class _Run:
                 return
             value = args.get(field_name)
             if value is not None and not isinstance(value, (dict, list)):
-                draft[key] = Origin(str(value), "flag" if field_name in launch else "args", self.dump_line, field_name)
+                draft[key] = Origin(
+                    str(value), "flag" if field_name in launch else "args", self.dump_line, field_name
+                )
 
         def inherit(key: str, why: str) -> None:
             if key not in draft and key in main:
@@ -936,21 +1073,28 @@ class _Run:
         if "attention_backend" not in draft:
             phase_key = "decode_attention_backend" if mode == "decode" else "prefill_attention_backend"
             if phase_key in main:
-                draft["attention_backend"] = Origin(main[phase_key].value, "inherited", main[phase_key].line, f"speculative_attention_mode={mode}")
+                draft["attention_backend"] = Origin(
+                    main[phase_key].value,
+                    "inherited",
+                    main[phase_key].line,
+                    f"speculative_attention_mode={mode}",
+                )
         inherit("attention_backend", "no draft attention backend set: uses the main model's")
         from_arg("quantization", "speculative_draft_model_quantization")
         for key in ("sampling_backend", "kv_cache_dtype"):
             inherit(key, "shared with the main model")
         if args.get("speculative_algorithm"):
-            draft.setdefault("speculative_algorithm", Origin(str(args["speculative_algorithm"]), "args", self.dump_line, None))
+            draft.setdefault(
+                "speculative_algorithm",
+                Origin(str(args["speculative_algorithm"]), "args", self.dump_line, None),
+            )
 
     def _crash(self) -> None:
         doc = self.doc
         candidates: list[tuple[int, str | None, str, str, list[Frame], list[str]]] = []
         for tb in doc.tracebacks:
-            if tb.exception == "(traceback cut off)" and not tb.message:
-                continue
-            candidates.append((tb.line, tb.rank, tb.exception, tb.message, tb.frames, tb.ranks))
+            exception = "" if tb.exception == "(traceback cut off)" else tb.exception
+            candidates.append((tb.line, tb.rank, exception, tb.message, tb.frames, tb.ranks))
         for line, rank, kind, text in self.fatal_lines:
             if kind == "garbage_output":
                 continue
@@ -965,7 +1109,7 @@ class _Run:
                 doc.crash = None
                 return
             candidates = after
-        real = [c for c in candidates if not WRAPPER_EXCEPTIONS.search(f"{c[2]} {c[3]}") and c[2] != "(traceback cut off)"]
+        real = [c for c in candidates if not WRAPPER_EXCEPTIONS.search(f"{c[2]} {c[3]}")]
         with_exc = [c for c in real if c[2]]
         # first rank to fail: the earliest exception; error lines only when no traceback explains the failure
         chosen = with_exc[0] if with_exc else (real[0] if real else candidates[0])
@@ -978,7 +1122,9 @@ class _Run:
         phase, model = self._phase_at(line, rank, frames)
         if inner:
             phase = "cuda_graph_capture"
-        all_ranks = sorted({r for c in candidates if c[2] == exception for r in c[5] if r} | set(ranks), key=_rank_sort_key)
+        all_ranks = sorted(
+            {r for c in candidates if c[2] == exception for r in c[5] if r} | set(ranks), key=_rank_sort_key
+        )
         doc.crash = {
             "line": line if not tb else tb.line,
             "phase": phase,
@@ -989,24 +1135,43 @@ class _Run:
             "model": model,
         }
         time = next((e.time for e in doc.timeline if e.line >= line and e.time), None)
-        self._event(Line(line, "", "", time, rank), "error", "crash", f"{exception or 'fatal'}: {message[:250]}", model)
+        self._event(
+            Line(line, "", "", time, rank),
+            "error",
+            "crash",
+            f"{exception or 'fatal'}: {message[:250]}",
+            model,
+        )
         doc.timeline.sort(key=lambda e: e.line)
 
     def _phase_at(self, line: int, rank: str | None, frames: list[Frame]) -> tuple[str | None, str | None]:
         phase: str | None = None
         model = "main"
-        relevant = [m for m in self.milestones if m[0] < line and (rank is None or m[2] in (rank, None) or not m[2])]
+        relevant = [
+            m for m in self.milestones if m[0] < line and (rank is None or m[2] in (rank, None) or not m[2])
+        ]
         if not relevant:
             relevant = [m for m in self.milestones if m[0] < line]
         transitions = {
-            "init_dist_begin": "init", "init_dist_end": "init", "weights_begin": "weight_loading", "weights_end": "kv_cache",
-            "kv_cache_allocated": "kv_cache", "memory_pool_end": "kv_cache", "cuda_graph_begin": "cuda_graph_capture",
-            "cuda_graph_end": "warmup", "capacity": "warmup", "http_up": "warmup", "engine_ready": "warmup", "ready": "serving",
+            "init_dist_begin": "init",
+            "init_dist_end": "init",
+            "weights_begin": "weight_loading",
+            "weights_end": "kv_cache",
+            "kv_cache_allocated": "kv_cache",
+            "memory_pool_end": "kv_cache",
+            "cuda_graph_begin": "cuda_graph_capture",
+            "cuda_graph_end": "warmup",
+            "capacity": "warmup",
+            "http_up": "warmup",
+            "engine_ready": "warmup",
+            "ready": "serving",
         }
         for _, _, _, name, m_model in relevant:
             if name in transitions:
                 phase = transitions[name]
-                model = m_model if name == "cuda_graph_begin" else ("main" if name != "cuda_graph_end" else model)
+                model = (
+                    m_model if name == "cuda_graph_begin" else ("main" if name != "cuda_graph_end" else model)
+                )
         if self.ready_line and line > self.ready_line:
             phase = "serving"
         if self.first_decode_line and line > self.first_decode_line and phase in (None, "warmup"):
@@ -1052,19 +1217,50 @@ class _Run:
                 detail = ""
                 if e is None:
                     detail = "crashed" if crashed_here else "did not finish in the log"
-                doc.phases.append({
-                    "rank": rank, "model": model, "name": phase, "start_line": b[0], "end_line": e[0] if e else (crash["line"] if crashed_here and crash else None),
-                    "start": b[1], "end": end_time, "seconds": _seconds(b[1], end_time), "detail": detail,
-                })
+                doc.phases.append(
+                    {
+                        "rank": rank,
+                        "model": model,
+                        "name": phase,
+                        "start_line": b[0],
+                        "end_line": e[0] if e else (crash["line"] if crashed_here and crash else None),
+                        "start": b[1],
+                        "end": end_time,
+                        "seconds": _seconds(b[1], end_time),
+                        "detail": detail,
+                    }
+                )
             kv = next((ev for ev in events if ev[2] == "kv_cache_allocated"), None)
             if kv:
-                doc.phases.append({"rank": rank, "model": model, "name": "kv_cache", "start_line": kv[0], "end_line": kv[0],
-                                   "start": kv[1], "end": kv[1], "seconds": 0.0, "detail": ""})
+                doc.phases.append(
+                    {
+                        "rank": rank,
+                        "model": model,
+                        "name": "kv_cache",
+                        "start_line": kv[0],
+                        "end_line": kv[0],
+                        "start": kv[1],
+                        "end": kv[1],
+                        "seconds": 0.0,
+                        "detail": "",
+                    }
+                )
         ready = next((m for m in self.milestones if m[3] == "ready"), None)
         if ready:
             last_line = self.last_metric_line or ready[0]
-            doc.phases.append({"rank": None, "model": "main", "name": "serving", "start_line": ready[0], "end_line": last_line,
-                               "start": ready[1], "end": self.last_time, "seconds": _seconds(ready[1], self.last_time), "detail": ""})
+            doc.phases.append(
+                {
+                    "rank": None,
+                    "model": "main",
+                    "name": "serving",
+                    "start_line": ready[0],
+                    "end_line": last_line,
+                    "start": ready[1],
+                    "end": self.last_time,
+                    "seconds": _seconds(ready[1], self.last_time),
+                    "detail": "",
+                }
+            )
         doc.phases.sort(key=lambda p: p["start_line"])
 
     def _time_near(self, line: int) -> str | None:
@@ -1092,8 +1288,14 @@ class _Run:
 
 
 _METRIC_FIELDS = [
-    ("gen_throughput", re.compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)")),
-    ("input_throughput", re.compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)")),
+    (
+        "gen_throughput",
+        re.compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)"),
+    ),
+    (
+        "input_throughput",
+        re.compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)"),
+    ),
     ("running", re.compile(r"#running-req: (\d+)|Running: (\d+) reqs")),
     ("queued", re.compile(r"#queue-req: (\d+)|Waiting: (\d+) reqs")),
     ("token_usage", re.compile(r"token usage: ([\d.]+)|KV cache usage: ([\d.]+)%")),

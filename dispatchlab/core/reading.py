@@ -58,7 +58,9 @@ class _BombGuard(io.RawIOBase):
     def __init__(self, inner: BinaryIO, name: str, stored_bytes: int | None) -> None:
         self._inner = inner
         self._name = name
-        self._limit = None if not stored_bytes else max(EXPANSION_CHECK_FLOOR, stored_bytes * MAX_EXPANSION_RATIO)
+        self._limit = (
+            None if not stored_bytes else max(EXPANSION_CHECK_FLOOR, stored_bytes * MAX_EXPANSION_RATIO)
+        )
         self._seen = 0
 
     def readable(self) -> bool:
@@ -115,7 +117,9 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
     total_stored = max(1, path.stat().st_size)
     total_expanded = sum(info.file_size for info in infos)
     if total_expanded > max(EXPANSION_CHECK_FLOOR, total_stored * MAX_EXPANSION_RATIO):
-        raise LogReadError(f"{display}: zip expands to {total_expanded} bytes; refusing a likely decompression bomb")
+        raise LogReadError(
+            f"{display}: zip expands to {total_expanded} bytes; refusing a likely decompression bomb"
+        )
     sources: list[Source] = []
     for info in infos:
         if not _safe_member_name(info.filename):

@@ -119,7 +119,7 @@ RULES: dict[str, str] = {
     "watchdog": r"(?:\w+ )?[Ww]atchdog timeout \(self\.watchdog_timeout=|Watchdog caught collective operation timeout",
     "cg_failed": r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (?P<inner>.*)$",
     "cuda_error": r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|hipError\w+",
-    "device_assert": r"device-side assert|Assertion `.*` failed",
+    "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
     "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
     "oom": r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase",
     "vllm_engine_failed": r"EngineCore failed to start|Engine core initialization failed|EngineCore encountered (?:a fatal error|an issue)|WorkerProc (?:failed|hit an exception)|died unexpectedly",

@@ -64,26 +64,36 @@ class Scanner:
 
     def _compile_hyperscan(self) -> None:
         assert _hs is not None
-        expressions: list[bytes] = []
-        ids: list[int] = []
-        flags: list[int] = []
+        base = _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY
+        entries = []
         for index, pattern in enumerate(self.patterns):
             expression, extra = _to_hyperscan(pattern)
+            entries.append((expression, index, base | extra))
+        try:
+            self.db = self._build(entries)
+            return
+        except Exception:
+            pass
+        accepted = []
+        for entry in entries:
             try:
-                probe = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-                probe.compile(
-                    expressions=[expression], ids=[index],
-                    flags=[_hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY | extra],
-                )
-            except Exception:  # noqa: BLE001 - hyperscan raises its own error type; keep the rule in Python
-                self.python_only.append(index)
-                continue
-            expressions.append(expression)
-            ids.append(index)
-            flags.append(_hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY | extra)
-        if expressions:
-            self.db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-            self.db.compile(expressions=expressions, ids=ids, flags=flags, elements=len(expressions))
+                self._build([entry])
+                accepted.append(entry)
+            except Exception:
+                self.python_only.append(entry[1])
+        self.db = self._build(accepted) if accepted else None
+
+    @staticmethod
+    def _build(entries: list[tuple[bytes, int, int]]) -> Any:
+        assert _hs is not None
+        db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+        db.compile(
+            expressions=[e[0] for e in entries],
+            ids=[e[1] for e in entries],
+            flags=[e[2] for e in entries],
+            elements=len(entries),
+        )
+        return db
 
     def candidates(self, chunk: bytes) -> dict[int, set[int] | None]:
         """Line starts -> rule ids that may match there (None: try every rule)."""

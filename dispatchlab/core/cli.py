@@ -1,0 +1,145 @@
+"""`dispatchlab parse|match|eval|kb` (CONTRACT.md: exit 0 ok, 1 unreadable input, 2 usage)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from dispatchlab.core.reading import LogReadError
+
+
+def _progress_to_stderr(enabled: bool):  # type: ignore[no-untyped-def]
+    if not enabled:
+        return None
+    last = [0.0]
+
+    def report(done: int, total: int | None) -> None:
+        import time
+
+        now = time.monotonic()
+        if now - last[0] < 0.5:
+            return
+        last[0] = now
+        text = f"{done / total:6.1%}" if total else f"{done / 1e6:,.0f} MB"
+        print(f"\rparsing… {text}", end="", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    json.dump(document, sys.stdout, ensure_ascii=False, separators=(",", ":"))
+    sys.stdout.write("\n")
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from dispatchlab.core.api import parse_paths
+    from dispatchlab.core.summary import render_summary
+
+    document = parse_paths(args.paths, progress=_progress_to_stderr(args.progress))
+    if args.progress:
+        print(file=sys.stderr)
+    if args.json:
+        _print_json(document)
+    else:
+        sys.stdout.write(render_summary(document))
+    return 0
+
+
+def cmd_match(args: argparse.Namespace) -> int:
+    from dispatchlab.core.api import analyze_paths
+    from dispatchlab.core.summary import render_summary
+
+    document = analyze_paths(args.paths, progress=_progress_to_stderr(args.progress))
+    if args.progress:
+        print(file=sys.stderr)
+    if args.json:
+        _print_json(document)
+    else:
+        sys.stdout.write(render_summary(document))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from dispatchlab.core.evaluate import evaluate_directory, render_evaluation
+
+    result = evaluate_directory(args.directory)
+    if args.json:
+        _print_json(result)
+        sys.stdout.write(f"accuracy: {result['correct']}/{result['total']}\n")
+    else:
+        sys.stdout.write(render_evaluation(result))
+    return 0
+
+
+def cmd_kb_lint(args: argparse.Namespace) -> int:
+    from dispatchlab.core.signatures.lint import lint_knowledge_base
+
+    problems, count = lint_knowledge_base()
+    for problem in problems:
+        print(problem)
+    print(f"{count} signatures, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+def cmd_kb_test(args: argparse.Namespace) -> int:
+    from dispatchlab.core.signatures.examples import run_examples
+
+    failures, count = run_examples()
+    for failure in failures:
+        print(failure)
+    print(f"{count} examples, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dispatchlab", description="Triage crashes of LLM inference servers."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for name, func, help_text in (
+        ("parse", cmd_parse, "parse a log into the resolved-backend timeline"),
+        ("match", cmd_match, "parse, then match the knowledge base of known failures"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument(
+            "paths", nargs="+", metavar="PATH", help="log file (.log/.txt/.gz/.zip), or - for stdin"
+        )
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.add_argument("--progress", action="store_true", help="show progress on stderr")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("eval", help="compare match output with labels X.json next to X.log")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    kb = sub.add_parser("kb", help="knowledge-base maintenance")
+    kb_sub = kb.add_subparsers(dest="kb_command", required=True)
+    kb_sub.add_parser("lint", help="check every signature file").set_defaults(func=cmd_kb_lint)
+    kb_sub.add_parser("test", help="run every signature against its own examples").set_defaults(
+        func=cmd_kb_test
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except LogReadError as error:
+        print(f"dispatchlab: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

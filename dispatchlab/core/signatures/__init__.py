@@ -1,0 +1,339 @@
+"""The knowledge base: reviewed signature files (data/<area>/<slug>.toml), validated on load.
+
+Every error names the file and the field. The digest of all files identifies the knowledge-base version
+that produced a match, so old matches stay explainable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet
+
+DATA_DIR = Path(__file__).parent / "data"
+
+FAILURE_CLASSES = (
+    "arch_unsupported_kernel",
+    "cuda_error",
+    "cuda_graph_capture_failure",
+    "oom",
+    "nccl_error",
+    "garbage_output",
+    "dependency_error",
+    "compile_error",
+    "weight_loading_error",
+    "config_error",
+    "timeout_hang",
+    "none",
+    "other",
+)
+SEVERITIES = ("critical", "error", "warning", "info")
+LEVELS = ("failure", "warning")
+PHASES = ("init", "weight_loading", "kv_cache", "cuda_graph_capture", "warmup", "serving")
+VERSION_KEYS = ("sglang", "vllm", "flashinfer", "torch", "triton", "sgl_kernel", "cuda")
+BACKEND_KEYS = (
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "moe_runner_backend",
+    "moe_a2a_backend",
+    "fp4_gemm_backend",
+    "fp8_gemm_backend",
+    "sampling_backend",
+    "quantization",
+    "kv_cache_dtype",
+    "grammar_backend",
+    "mm_attention_backend",
+    "dsa_prefill_backend",
+    "dsa_decode_backend",
+    "speculative_algorithm",
+)
+LIST_CONDITIONS = ("arch_in", "arch_not_in", "server_in", "crash_phase_in", "quantization_in", "outcome_in")
+TOP_FIELDS = {
+    "id",
+    "title",
+    "failure_class",
+    "severity",
+    "level",
+    "explanation",
+    "references",
+    "match",
+    "conditions",
+    "fix",
+    "tried_and_failed",
+    "example",
+}
+
+
+class SignatureError(ValueError):
+    def __init__(self, path: Path | str, field_name: str, problem: str) -> None:
+        self.path = str(path)
+        self.field_name = field_name
+        super().__init__(f"{path}: {field_name}: {problem}")
+
+
+@dataclass(frozen=True)
+class Example:
+    expect: str  # "match" | "no_match"
+    log: str
+    facts: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TriedAndFailed:
+    what: str
+    why: str
+
+
+@dataclass
+class Signature:
+    id: str
+    path: str
+    title: str
+    failure_class: str
+    severity: str
+    level: str
+    explanation: str
+    references: list[str]
+    any_patterns: list[str]
+    all_patterns: list[str]
+    sequence: list[str]
+    within: int
+    conditions: dict[str, Any]
+    fix_summary: str
+    fix_args: dict[str, Any]
+    fix_env: dict[str, Any]
+    tried_and_failed: list[TriedAndFailed]
+    examples: list[Example]
+    # indexes into KnowledgeBase.patterns, filled by the knowledge base
+    any_ids: list[int] = field(default_factory=list)
+    all_ids: list[int] = field(default_factory=list)
+    sequence_ids: list[int] = field(default_factory=list)
+
+    @property
+    def patterns(self) -> list[str]:
+        return [*self.any_patterns, *self.all_patterns, *self.sequence]
+
+
+@dataclass
+class KnowledgeBase:
+    signatures: list[Signature]
+    patterns: list[str]
+    digest: str
+
+    @classmethod
+    def from_signatures(cls, signatures: list[Signature], digest: str) -> KnowledgeBase:
+        patterns: list[str] = []
+        index: dict[str, int] = {}
+
+        def ids(items: list[str]) -> list[int]:
+            out = []
+            for pattern in items:
+                if pattern not in index:
+                    index[pattern] = len(patterns)
+                    patterns.append(pattern)
+                out.append(index[pattern])
+            return out
+
+        for signature in signatures:
+            signature.any_ids = ids(signature.any_patterns)
+            signature.all_ids = ids(signature.all_patterns)
+            signature.sequence_ids = ids(signature.sequence)
+        return cls(signatures, patterns, digest)
+
+
+def _require(
+    data: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path, default: Any = ...
+) -> Any:
+    if key not in data:
+        if default is ...:
+            raise SignatureError(path, key, "missing")
+        return default
+    value = data[key]
+    if not isinstance(value, kind):
+        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise SignatureError(path, key, f"must be {name}, got {type(value).__name__}")
+    return value
+
+
+def _patterns(match: dict[str, Any], key: str, path: Path) -> list[str]:
+    items = _require(match, key, list, path, [])
+    for i, pattern in enumerate(items):
+        if not isinstance(pattern, str) or not pattern:
+            raise SignatureError(path, f"match.{key}[{i}]", "must be a non-empty string")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise SignatureError(path, f"match.{key}[{i}]", f"invalid regex: {error}") from None
+    return list(items)
+
+
+def _conditions(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    conditions: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"conditions.{key}"
+        if key in LIST_CONDITIONS:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise SignatureError(path, where, "must be a list of strings")
+            if key == "crash_phase_in":
+                for phase in value:
+                    if phase not in PHASES:
+                        raise SignatureError(
+                            path, where, f"unknown phase {phase!r} (one of {', '.join(PHASES)})"
+                        )
+            conditions[key] = value
+        elif key == "crash_model":
+            if value not in ("main", "draft"):
+                raise SignatureError(path, where, "must be 'main' or 'draft'")
+            conditions[key] = value
+        elif key == "versions":
+            if not isinstance(value, dict):
+                raise SignatureError(path, where, "must be a table")
+            for package, spec in value.items():
+                if package not in VERSION_KEYS:
+                    raise SignatureError(
+                        path, f"{where}.{package}", f"unknown package (one of {', '.join(VERSION_KEYS)})"
+                    )
+                try:
+                    SpecifierSet(spec)
+                except InvalidSpecifier:
+                    raise SignatureError(
+                        path, f"{where}.{package}", f"invalid PEP 440 specifier {spec!r}"
+                    ) from None
+            conditions[key] = dict(value)
+        elif key in ("backends", "draft_backends", "server_args"):
+            if not isinstance(value, dict):
+                raise SignatureError(path, where, "must be a table")
+            table: dict[str, list[Any]] = {}
+            for name, allowed in value.items():
+                if key != "server_args" and name not in BACKEND_KEYS:
+                    raise SignatureError(
+                        path, f"{where}.{name}", f"unknown backend key (one of {', '.join(BACKEND_KEYS)})"
+                    )
+                table[name] = allowed if isinstance(allowed, list) else [allowed]
+            conditions[key] = table
+        else:
+            raise SignatureError(path, where, "unknown condition")
+    return conditions
+
+
+def load_signature(path: Path) -> Signature:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise SignatureError(path, "(file)", f"not valid TOML: {error}") from None
+    unknown = set(data) - TOP_FIELDS
+    if unknown:
+        raise SignatureError(path, sorted(unknown)[0], "unknown field")
+    sig_id = _require(data, "id", str, path)
+    if sig_id != path.stem:
+        raise SignatureError(path, "id", f"{sig_id!r} must equal the file name {path.stem!r}")
+    failure_class = _require(data, "failure_class", str, path)
+    if failure_class not in FAILURE_CLASSES or failure_class == "none":
+        raise SignatureError(
+            path, "failure_class", f"{failure_class!r} is not a failure class of the taxonomy"
+        )
+    severity = _require(data, "severity", str, path, "error")
+    if severity not in SEVERITIES:
+        raise SignatureError(path, "severity", f"one of {', '.join(SEVERITIES)}")
+    level = _require(data, "level", str, path, "failure")
+    if level not in LEVELS:
+        raise SignatureError(path, "level", f"one of {', '.join(LEVELS)}")
+    match = _require(data, "match", dict, path)
+    unknown_match = set(match) - {"any", "all", "sequence", "within"}
+    if unknown_match:
+        raise SignatureError(path, f"match.{sorted(unknown_match)[0]}", "unknown field")
+    any_patterns = _patterns(match, "any", path)
+    all_patterns = _patterns(match, "all", path)
+    sequence = _patterns(match, "sequence", path)
+    if not (any_patterns or all_patterns or sequence):
+        raise SignatureError(path, "match", "needs at least one of any / all / sequence")
+    within = _require(match, "within", int, path, 200)
+    fix = _require(data, "fix", dict, path)
+    fix_summary = _require(fix, "summary", str, path)
+    fix_args = _require(fix, "args", dict, path, {})
+    fix_env = _require(fix, "env", dict, path, {})
+    for name in fix_args:
+        if not str(name).startswith("-"):
+            raise SignatureError(path, f"fix.args.{name}", "flags start with --")
+    tried: list[TriedAndFailed] = []
+    for i, item in enumerate(_require(data, "tried_and_failed", list, path, [])):
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("what"), str)
+            or not isinstance(item.get("why"), str)
+        ):
+            raise SignatureError(path, f"tried_and_failed[{i}]", "needs `what` and `why` strings")
+        tried.append(TriedAndFailed(item["what"], item["why"]))
+    examples: list[Example] = []
+    for i, item in enumerate(_require(data, "example", list, path, [])):
+        where = f"example[{i}]"
+        if not isinstance(item, dict):
+            raise SignatureError(path, where, "must be a table")
+        expect = item.get("expect")
+        if expect not in ("match", "no_match"):
+            raise SignatureError(path, f"{where}.expect", "must be 'match' or 'no_match'")
+        log = item.get("log")
+        if not isinstance(log, str) or not log.strip():
+            raise SignatureError(path, f"{where}.log", "must be a non-empty string")
+        facts = item.get("facts", {})
+        if not isinstance(facts, dict):
+            raise SignatureError(path, f"{where}.facts", "must be a table")
+        examples.append(Example(expect, log, facts))
+    references = _require(data, "references", list, path, [])
+    return Signature(
+        id=sig_id,
+        path=str(path),
+        title=_require(data, "title", str, path),
+        failure_class=failure_class,
+        severity=severity,
+        level=level,
+        explanation=_require(data, "explanation", str, path),
+        references=[str(r) for r in references],
+        any_patterns=any_patterns,
+        all_patterns=all_patterns,
+        sequence=sequence,
+        within=within,
+        conditions=_conditions(_require(data, "conditions", dict, path, {}), path),
+        fix_summary=fix_summary,
+        fix_args=dict(fix_args),
+        fix_env={k: str(v) for k, v in fix_env.items()},
+        tried_and_failed=tried,
+        examples=examples,
+    )
+
+
+def signature_files(directory: Path = DATA_DIR) -> list[Path]:
+    return sorted(directory.rglob("*.toml"))
+
+
+def load_knowledge_base(directory: Path | None = None) -> KnowledgeBase:
+    """Load and validate every signature; raises SignatureError naming the file and field."""
+    return _load_cached(str(directory or DATA_DIR), _tree_stamp(directory or DATA_DIR))
+
+
+def _tree_stamp(directory: Path) -> tuple[tuple[str, float], ...]:
+    return tuple((str(p), p.stat().st_mtime) for p in signature_files(directory))
+
+
+@lru_cache(maxsize=4)
+def _load_cached(directory: str, stamp: tuple[tuple[str, float], ...]) -> KnowledgeBase:
+    files = signature_files(Path(directory))
+    digest = hashlib.sha256()
+    signatures: list[Signature] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+        signature = load_signature(path)
+        if signature.id in seen:
+            raise SignatureError(path, "id", f"duplicate of {seen[signature.id]}")
+        seen[signature.id] = str(path)
+        signatures.append(signature)
+    return KnowledgeBase.from_signatures(signatures, digest.hexdigest()[:16])

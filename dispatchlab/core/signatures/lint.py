@@ -1,0 +1,148 @@
+"""`dispatchlab kb lint`: beyond loading (which validates types, regexes, classes), check what a reviewer
+would: examples on both sides, engine-friendly patterns, and fixes that use real flags and valid values."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from dispatchlab.core.signatures import Signature, SignatureError, load_signature, signature_files
+from dispatchlab.core.versions import SpecifierSet
+
+CATALOG_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@lru_cache(maxsize=1)
+def flag_catalogs() -> dict[str, dict[str, dict[str, Any]]]:
+    """{server: {version: {flag: spec}}} from dispatchlab/core/data/flags-<server>.json."""
+    catalogs: dict[str, dict[str, dict[str, Any]]] = {}
+    for path in sorted(CATALOG_DIR.glob("flags-*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        catalogs[data.get("server", path.stem.removeprefix("flags-"))] = data.get("versions", {})
+    return catalogs
+
+
+def _top_level_branches(pattern: str) -> list[str]:
+    branches, depth, current, i = [], 0, [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            current.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if c == "[":
+            end = pattern.find("]", i + 2)
+            end = len(pattern) - 1 if end < 0 else end
+            current.append(pattern[i : end + 1])
+            i = end + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            branches.append("".join(current))
+            current = []
+            i += 1
+            continue
+        current.append(c)
+        i += 1
+    branches.append("".join(current))
+    return branches
+
+
+def _longest_literal(pattern: str) -> int:
+    """Length of the shortest 'longest literal run' over the top-level branches: a prefilter needs one per branch."""
+    body = re.sub(r"^\(\?[a-z]+\)", "", pattern)
+    shortest = None
+    for branch in _top_level_branches(body):
+        stripped = re.sub(r"\[(?:\\.|[^\]])*\]|\(\?(?:P<\w+>|:)|\\[dswbDSWB]|\{\d*,?\d*\}", "\x00", branch)
+        runs = re.findall(r"(?:\\[^dswbDSWB]|[^.^$*+?{}\[\]\\|()\x00])+", stripped)
+        best = max((len(re.sub(r"\\(.)", r"\1", run)) for run in runs), default=0)
+        shortest = best if shortest is None else min(shortest, best)
+    return shortest or 0
+
+
+def _versions_for(signature: Signature, server: str, versions: dict[str, Any]) -> list[str]:
+    spec = signature.conditions.get("versions", {}).get(server)
+    if not spec:
+        return list(versions)
+    chosen = [v for v in versions if SpecifierSet(spec).contains(v)]
+    return chosen or list(versions)
+
+
+def check_fix_flags(signature: Signature) -> list[str]:
+    problems: list[str] = []
+    catalogs = flag_catalogs()
+    if not catalogs:
+        return problems
+    servers = signature.conditions.get("server_in") or list(catalogs)
+    for flag, value in signature.fix_args.items():
+        known_anywhere = False
+        for server in servers:
+            versions = catalogs.get(server)
+            if not versions:
+                known_anywhere = True  # no catalog for this server: nothing to check against
+                continue
+            for version in _versions_for(signature, server, versions):
+                spec = versions[version].get(flag)
+                if spec is None:
+                    continue
+                known_anywhere = True
+                choices = spec.get("choices")
+                if choices and value not in (True, False) and not isinstance(value, (int, float)):
+                    if str(value) not in [str(c) for c in choices]:
+                        problems.append(
+                            f"{signature.path}: fix.args.{flag}: {value!r} is not a valid choice in {server} {version} "
+                            f"({', '.join(map(str, choices[:12]))})"
+                        )
+                break
+        if not known_anywhere:
+            problems.append(
+                f"{signature.path}: fix.args.{flag}: not a flag of {' or '.join(servers)} in the catalog"
+            )
+    return problems
+
+
+def lint_signature(signature: Signature) -> list[str]:
+    problems: list[str] = []
+    expects = {e.expect for e in signature.examples}
+    if "match" not in expects:
+        problems.append(f"{signature.path}: example: needs at least one `match` example")
+    if "no_match" not in expects:
+        problems.append(f"{signature.path}: example: needs at least one `no_match` example")
+    for pattern in signature.patterns:
+        if pattern.startswith((".*", "(?i).*")):
+            problems.append(f"{signature.path}: match: pattern {pattern!r} starts with .*")
+        if "(?=" in pattern or "(?!" in pattern or "(?<" in pattern.replace("(?P<", ""):
+            problems.append(f"{signature.path}: match: pattern {pattern!r} uses lookaround")
+        if _longest_literal(pattern) < 6:
+            problems.append(
+                f"{signature.path}: match: pattern {pattern!r} has a branch without a 6-character literal"
+            )
+    if not signature.explanation.strip() or not signature.fix_summary.strip():
+        problems.append(f"{signature.path}: explanation/fix.summary: must not be empty")
+    problems.extend(check_fix_flags(signature))
+    return problems
+
+
+def lint_knowledge_base(directory: Path | None = None) -> tuple[list[str], int]:
+    from dispatchlab.core.signatures import DATA_DIR
+
+    problems: list[str] = []
+    seen: dict[str, str] = {}
+    files = signature_files(directory or DATA_DIR)
+    for path in files:
+        try:
+            signature = load_signature(path)
+        except SignatureError as error:
+            problems.append(str(error))
+            continue
+        if signature.id in seen:
+            problems.append(f"{path}: id: duplicate of {seen[signature.id]}")
+        seen[signature.id] = str(path)
+        problems.extend(lint_signature(signature))
+    return problems, len(files)

@@ -1,0 +1,108 @@
+"""The ten-second summary of a parsed (or matched) document, for people at a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    if value < 60:
+        return f"{value:.1f}s"
+    return f"{int(value // 60)}m{int(value % 60):02d}s"
+
+
+def render_summary(doc: dict[str, Any]) -> str:
+    out: list[str] = []
+    gpu = doc.get("gpu") or {}
+    server = doc.get("server") or "unknown"
+    if server == "unknown" and doc.get("engine"):
+        server = f"unknown ({doc['engine']})"
+    out.append(f"server   {server} {doc.get('server_version') or ''}".rstrip())
+    gpu_text = gpu.get("name") or "?"
+    if gpu.get("count"):
+        gpu_text = f"{gpu['count']}x {gpu_text}"
+    out.append(f"gpu      {gpu_text}  arch {gpu.get('arch') or '?'}")
+    out.append(f"model    {doc.get('model') or '?'}")
+    versions = {k: v for k, v in (doc.get("versions") or {}).items() if v}
+    if versions:
+        out.append("versions " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
+    out.append(f"outcome  {doc.get('outcome')}   ({doc.get('line_count', 0):,} lines)")
+
+    main = doc.get("backends") or {}
+    draft = doc.get("draft_backends") or {}
+    origins = doc.get("backend_origins") or {}
+    draft_origins = doc.get("draft_backend_origins") or {}
+    if main or draft:
+        out.append("")
+        keys = [k for k in main if k != "speculative_algorithm"] + [
+            k for k in draft if k not in main and k != "speculative_algorithm"
+        ]
+        width = max(len(k) for k in keys) if keys else 10
+        header = f"  {'backend':<{width}}  {'main':<24}"
+        if draft:
+            header += f"  draft ({draft.get('speculative_algorithm', 'speculative')})"
+        out.append(header)
+        for key in keys:
+            m_val = main.get(key, "-")
+            m_src = (origins.get(key) or {}).get("source", "")
+            row = f"  {key:<{width}}  {m_val + (' [' + m_src + ']' if m_src else ''):<24}"
+            if draft:
+                d_val = draft.get(key, "-")
+                d_src = (draft_origins.get(key) or {}).get("source", "")
+                marker = "  <- differs" if key in main and d_val != m_val else ""
+                row += f"  {d_val}{' [' + d_src + ']' if d_src else ''}{marker}"
+            out.append(row)
+
+    phases = doc.get("phases") or []
+    if phases:
+        out.append("")
+        out.append("  phases")
+        for phase in phases[:24]:
+            lane = " ".join(
+                x
+                for x in (phase.get("rank"), phase.get("model") if phase.get("model") == "draft" else None)
+                if x
+            )
+            extra = f"  ({phase['detail']})" if phase.get("detail") else ""
+            out.append(
+                f"  {lane or '-':<14} {phase['name']:<20} {_fmt_seconds(phase.get('seconds')):>8}  line {phase['start_line']}{extra}"
+            )
+        if len(phases) > 24:
+            out.append(f"  ... {len(phases) - 24} more")
+
+    crash = doc.get("crash")
+    if crash:
+        out.append("")
+        where = crash.get("phase") or "unknown phase"
+        if crash.get("model") == "draft":
+            where += " of the draft model"
+        ranks = crash.get("ranks") or []
+        out.append(
+            f"CRASH    line {crash['line']} in {where}" + (f", ranks {', '.join(ranks[:8])}" if ranks else "")
+        )
+        out.append(f"         {crash.get('exception') or 'fatal'}: {(crash.get('message') or '')[:300]}")
+    kernels = doc.get("kernels") or []
+    if kernels:
+        out.append(f"kernels  {', '.join(kernels[:6])}")
+
+    matches = doc.get("matches")
+    if matches is not None:
+        out.append("")
+        out.append(f"failure class  {doc.get('failure_class')}   fingerprint {doc.get('fingerprint') or '-'}")
+        for match in matches[:5]:
+            out.append(f"  [{match['confidence']:.2f}] {match['id']}: {match['title']}")
+            fix = match.get("fix") or {}
+            if fix.get("summary"):
+                out.append(f"         fix: {fix['summary']}")
+            if fix.get("args"):
+                out.append(
+                    "         args: "
+                    + " ".join(f"{k} {v}" if v is not True else k for k, v in fix["args"].items())
+                )
+            for tried in fix.get("tried_and_failed") or []:
+                out.append(f"         tried, did not help: {tried}")
+            if match.get("lines"):
+                out.append("         evidence lines: " + ", ".join(str(n) for n in match["lines"][:8]))
+    return "\n".join(out) + "\n"
