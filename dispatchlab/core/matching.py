@@ -387,10 +387,7 @@ def finish_match(doc: dict[str, Any], hits: dict[int, list[PatternHit]], kb: Kno
     matches = match_signatures(doc, hits, kb)
     failures = [m for m in matches if m["level"] == "failure"]
     inferred = infer_failure_class(doc)
-    if failures:
-        failure_class = failures[0]["failure_class"]
-    else:
-        failure_class = inferred
+    failure_class = failures[0]["failure_class"] if failures else inferred
     out = dict(doc)
     out["matches"] = matches
     out["failure_class"] = failure_class

@@ -593,12 +593,11 @@ class _Run:
             self._milestone(line, "cuda_graph_end", line.msg, phase="warmup")
         elif "vllm_init_engine" in m:
             self._milestone(line, "engine_ready", line.msg, phase="warmup")
-        elif "vllm_ready" in m:
-            if self.ready_line is None:
-                self.ready_line = line.number
-                self._milestone(line, "ready", line.msg, phase="serving")
-                for state in self.rank_state.values():
-                    state.phase = "serving"
+        elif "vllm_ready" in m and self.ready_line is None:
+            self.ready_line = line.number
+            self._milestone(line, "ready", line.msg, phase="serving")
+            for state in self.rank_state.values():
+                state.phase = "serving"
         if "vllm_platform" in m:
             self.server_votes["vllm"] += 3
 

@@ -130,7 +130,7 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
             raise LogReadError(f"{display}: entry {info.filename!r} is encrypted")
 
         def opener(info: zipfile.ZipInfo = info) -> BinaryIO:
-            member = zipfile.ZipFile(path).open(info)
+            member = zipfile.ZipFile(path).open(info)  # noqa: SIM115 - the stream owns it
             stream: BinaryIO = _guarded(member, f"{display}:{info.filename}", max(1, info.compress_size))  # type: ignore[arg-type]
             if info.filename.endswith(".gz"):
                 stream = _guarded(gzip.GzipFile(fileobj=stream), f"{display}:{info.filename}", info.file_size)  # type: ignore[arg-type]

@@ -93,12 +93,12 @@ def check_fix_flags(signature: Signature) -> list[str]:
                     continue
                 known_anywhere = True
                 choices = spec.get("choices")
-                if choices and value not in (True, False) and not isinstance(value, (int, float)):
-                    if str(value) not in [str(c) for c in choices]:
-                        problems.append(
-                            f"{signature.path}: fix.args.{flag}: {value!r} is not a valid choice in {server} {version} "
-                            f"({', '.join(map(str, choices[:12]))})"
-                        )
+                valued = value not in (True, False) and not isinstance(value, (int, float))
+                if choices and valued and str(value) not in [str(c) for c in choices]:
+                    problems.append(
+                        f"{signature.path}: fix.args.{flag}: {value!r} is not a valid choice in {server} {version} "
+                        f"({', '.join(map(str, choices[:12]))})"
+                    )
                 break
         if not known_anywhere:
             problems.append(
