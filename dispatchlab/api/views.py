@@ -63,7 +63,9 @@ def _detail(request: HttpRequest, report: Report) -> dict[str, Any]:
         "progress": report.progress,
         "error": report.error or None,
         "created_at": report.created_at.isoformat(),
+        "started_at": report.started_at.isoformat() if report.started_at else None,
         "finished_at": report.finished_at.isoformat() if report.finished_at else None,
+        "parse_seconds": report.parse_seconds,
         "failure_class": report.failure_class or None,
         "document": report.document,
     }
