@@ -27,7 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from dispatchlab.api.auth import Caller, authenticate, error
 from dispatchlab.api.schema import openapi_schema
 from dispatchlab.reports.models import Project, Report
-from dispatchlab.reports.services import UploadRejected, report_submit
+from dispatchlab.reports.services import UploadRejected, UploadTooLarge, report_submit
 
 MAX_WAIT_SECONDS = 60
 WAIT_POLL_SECONDS = 0.2
@@ -175,7 +175,7 @@ def _reports_create(request: HttpRequest) -> HttpResponse:
             launch_command=request.POST.get("launch_command", "").strip(),
         )
     except UploadRejected as rejected:
-        return error(" ".join(rejected.messages), 400)
+        return error(" ".join(rejected.messages), 413 if isinstance(rejected, UploadTooLarge) else 400)
     return JsonResponse(_created(request, report, created=created), status=201)
 
 
@@ -319,7 +319,7 @@ def ci_hook(request: HttpRequest) -> HttpResponse:
                 delivery_id=delivery,
             )
         except UploadRejected as rejected:
-            return error(" ".join(rejected.messages), 400)
+            return error(" ".join(rejected.messages), 413 if isinstance(rejected, UploadTooLarge) else 400)
     answer = _created(request, report, created=created)
     if wait_seconds:
         report = _wait_for(report, wait_seconds)

@@ -236,6 +236,11 @@ DISPATCHLAB_TASK_SOFT_TIME_LIMIT = env_int("DISPATCHLAB_TASK_SOFT_TIME_LIMIT", 1
 DISPATCHLAB_TASK_TIME_LIMIT = env_int(
     "DISPATCHLAB_TASK_TIME_LIMIT", DISPATCHLAB_TASK_SOFT_TIME_LIMIT + 60, minimum=1
 )
+if DISPATCHLAB_TASK_TIME_LIMIT <= DISPATCHLAB_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        f"DISPATCHLAB_TASK_TIME_LIMIT={DISPATCHLAB_TASK_TIME_LIMIT} must be above "
+        f"DISPATCHLAB_TASK_SOFT_TIME_LIMIT={DISPATCHLAB_TASK_SOFT_TIME_LIMIT}"
+    )
 # A claim whose heartbeat (progress updates) is older than this belongs to a dead worker.
 DISPATCHLAB_STALE_CLAIM_SECONDS = env_int("DISPATCHLAB_STALE_CLAIM_SECONDS", 300, minimum=1)
 # A report whose worker died this many times is marked failed instead of being tried again.
@@ -258,6 +263,8 @@ if BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": env_float("DISPATCHLAB_BROKER_POLL_SECONDS", 0.05),
     }
+    # kombu's filesystem transport with atomic message files (see dispatchlab/config/broker.py).
+    CELERY_BROKER_TRANSPORT = "dispatchlab.config.broker:Transport"
 elif BROKER_URL.startswith(("redis://", "rediss://")):
     # An unacknowledged (acks_late) message comes back after this long: above the hard time limit,
     # so a long parse is never handed to a second worker while the first still runs.

@@ -51,6 +51,10 @@ class UploadRejected(ValidationError):
     """The upload cannot become a report (no file, too large, too many files). Message for people."""
 
 
+class UploadTooLarge(UploadRejected):
+    """The upload is over DISPATCHLAB_MAX_UPLOAD_BYTES."""
+
+
 class Outcome(enum.StrEnum):
     DONE = "done"
     FAILED = "failed"
@@ -218,7 +222,7 @@ def report_submit(
     sizes = [_file_size(file) for file in files]
     limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES
     if sum(sizes) > limit:
-        raise UploadRejected(f"the upload is {sum(sizes):,} bytes; the limit is {limit:,} bytes")
+        raise UploadTooLarge(f"the upload is {sum(sizes):,} bytes; the limit is {limit:,} bytes")
 
     if delivery_id:
         existing = Report.objects.filter(project=project, delivery_id=delivery_id).first()

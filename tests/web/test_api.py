@@ -114,7 +114,7 @@ def test_an_upload_over_the_limit_is_refused_before_it_is_read(client, alice_key
     )
     assert response.status_code == 413
     response = client.post(REPORTS, {"file": make_upload()}, **bearer(alice_key))
-    assert response.status_code == 400 and "the limit is 10 bytes" in response.json()["error"]
+    assert response.status_code == 413 and "the limit is 10 bytes" in response.json()["error"]
 
 
 def test_a_member_of_several_projects_names_one(client, alice, acme, umbrella, make_upload):
