@@ -13,6 +13,7 @@ import re
 import textwrap
 from collections import Counter
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
@@ -43,6 +44,8 @@ MARKERS = {
 CRASH_COLOR = "#d62728"
 # A gigabyte log may hold many thousands of warnings: the chart shows the first ones per kind.
 MAX_MARKERS_PER_KIND = 400
+# The throughput chart draws at most this many points per series, whatever the log's size.
+MAX_CHART_POINTS = 500
 HOVER_WIDTH = 90
 HOVER_CHARS = 600
 
@@ -95,6 +98,11 @@ def _crash_ranks(crash: dict[str, Any]) -> list[str | None]:
 def _parse_time(value: Any) -> datetime | None:
     if not value or not isinstance(value, str):
         return None
+    return _parse_time_string(value)
+
+
+@lru_cache(maxsize=4096)
+def _parse_time_string(value: str) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -104,6 +112,7 @@ def _parse_time(value: Any) -> datetime | None:
     return parsed
 
 
+@lru_cache(maxsize=4096)
 def _plotly_time(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
 
@@ -112,7 +121,7 @@ class _Axis:
     """Maps a log position (line, optional time) to the x axis: time when the log has timestamps,
     line numbers otherwise. Lines without a time take the time of the nearest earlier timed line."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any], *, metrics: bool = False) -> None:
         anchors: dict[int, datetime] = {}
         positions = 0
         for event in doc.get("timeline") or []:
@@ -128,7 +137,9 @@ class _Axis:
                 moment = _parse_time(phase.get(time_key))
                 if moment is not None:
                     anchors.setdefault(phase[line_key], moment)
-        for point in (doc.get("metrics") or {}).get("points") or []:
+        metric_points = ((doc.get("metrics") or {}).get("points") or []) if metrics else []
+        for point in metric_points:
+            positions += 1
             moment = _parse_time(point.get("time"))
             if moment is not None and isinstance(point.get("line"), int):
                 anchors.setdefault(point["line"], moment)
@@ -353,16 +364,17 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
     ranks = Counter(p.get("rank") for p in points)
     rank = ranks.most_common(1)[0][0]
     points = [p for p in points if p.get("rank") == rank]
-    axis = _Axis({"metrics": {"points": points}, "timeline": [], "phases": []})
+    shown_every = max(1, -(-len(points) // MAX_CHART_POINTS))
+    # a page of a gigabyte log must cost what a page of a small one does: same number of points
+    points = points[::shown_every]
+    axis = _Axis({"metrics": {"points": points}}, metrics=True)
+    positions = [axis.x(point.get("line"), point.get("time")) for point in points]
 
     def series(field: str, kinds: tuple[str, ...]) -> tuple[list[Any], list[Any], list[Any]]:
         xs, ys, lines = [], [], []
-        for point in points:
+        for point, x in zip(points, positions, strict=True):
             value = point.get(field)
-            if point.get("kind") not in kinds or not isinstance(value, int | float):
-                continue
-            x = axis.x(point.get("line"), point.get("time"))
-            if x is None:
+            if x is None or point.get("kind") not in kinds or not isinstance(value, int | float):
                 continue
             xs.append(x)
             ys.append(value)
@@ -392,15 +404,15 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
                 "x": xs,
                 "y": ys,
                 "yaxis": yaxis,
-                "customdata": [[None, line] for line in lines],
-                "hovertemplate": f"{name}: %{{y}}<br>line %{{customdata[1]}}<extra></extra>",
+                "customdata": lines,
+                "hovertemplate": f"{name}: %{{y}}<br>line %{{customdata}}<extra></extra>",
                 "line": {"color": color, "dash": dash, "width": 2 if yaxis == "y" else 1.5},
                 "marker": {"size": 5 if mode == "markers" else 3, "color": color},
             }
         )
     if not traces:
         return None
-    sampled = int(metrics.get("sampled_every") or 1)
+    sampled = int(metrics.get("sampled_every") or 1) * shown_every
     note = f"{plot_text(rank)}" if rank else "all ranks"
     if sampled > 1:
         note += f", 1 in {sampled} of {metrics.get('total')} points"

@@ -8,28 +8,20 @@ safe; every line goes through it.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from django.utils.html import escape
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
-from pygments.lexer import RegexLexer, bygroups
+from pygments.lexer import Lexer
 from pygments.lexers.special import TextLexer
-from pygments.token import (
-    Comment,
-    Generic,
-    Keyword,
-    Name,
-    Number,
-    Operator,
-    Punctuation,
-    String,
-    Text,
-)
+from pygments.token import Comment, Generic, Keyword, Name, Number, Operator, String, Text
 
 from dispatchlab.core.reading import LineIndex, decode_line
 
@@ -44,39 +36,140 @@ SEARCH_BLOCK_BYTES = 8 * 1024 * 1024
 HIT_CHARS = 400
 
 
-class ServerLogLexer(RegexLexer):
+# Python's re costs about as much per character for any unanchored pattern, so the lexer works
+# line by line: one anchored match for the line's prefix (time stamp, rank, level), then the other
+# patterns only on lines that contain their cheap marker (`=`, a quote, a keyword).
+_PREFIX = re.compile(
+    r"(?P<open>\[)(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)(?P<rank>(?: [A-Z]{2}\d+)*)(?P<close>\])"
+    r"|(?P<proc>\([\w ]{1,40}(?:rank=\d+)?(?: pid=\d+)?\) )?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<vts>\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?)"
+)
+_FRAME = re.compile(r'(  File )("[^"]*")(, line )(\d+)(, in )(\S+)')
+_EXCEPTION = re.compile(r"\s*(?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit)\b")
+_WORD_MARKERS = (
+    "ERROR",
+    "Error",
+    "error",
+    "WARN",
+    "Warn",
+    "CRITICAL",
+    "FATAL",
+    "CUDA",
+    "NCCL",
+    "OOM",
+    "sm_",
+    "Traceback",
+)
+_WORDS = re.compile(
+    r"(?P<err>\b(?:ERROR|CRITICAL|FATAL|Error|error)\b)|(?P<warn>\b(?:WARNING|WARN|Warning)\b)"
+    r"|(?P<kw>\b(?:CUDA|NCCL|OOM)\b)|(?P<arch>\bsm_?\d{2,3}[af]?\b)|(?P<tb>Traceback \(most recent call last\):)"
+)
+_WORD_TOKENS = {
+    "err": Generic.Error,
+    "warn": Generic.Strong,
+    "kw": Keyword,
+    "arch": Keyword.Type,
+    "tb": Generic.Heading,
+}
+_KV = re.compile(r"\b([A-Za-z_]\w*)=('[^'\n]{0,300}'|\"[^\"\n]{0,300}\"|[\w.+-]+)")
+_QUOTED = re.compile(r"'[^'\n]{1,200}'")
+Token = tuple[int, Any, str]
+
+
+def _spans(rest: str, offset: int) -> list[Token]:
+    """Tokens of the message part of a line: keywords, key=value pairs, quoted strings."""
+    found: list[tuple[int, int, list[Token]]] = []
+    if any(marker in rest for marker in _WORD_MARKERS):
+        for m in _WORDS.finditer(rest):
+            found.append(
+                (m.start(), m.end(), [(offset + m.start(), _WORD_TOKENS[m.lastgroup or "err"], m.group())])
+            )
+    if "=" in rest:
+        for m in _KV.finditer(rest):
+            found.append(
+                (
+                    m.start(),
+                    m.end(),
+                    [
+                        (offset + m.start(1), Name.Attribute, m.group(1)),
+                        (offset + m.end(1), Operator, "="),
+                        (offset + m.start(2), String, m.group(2)),
+                    ],
+                )
+            )
+    elif "'" in rest:
+        for m in _QUOTED.finditer(rest):
+            found.append((m.start(), m.end(), [(offset + m.start(), String, m.group())]))
+    found.sort(key=lambda item: item[0])
+    out: list[Token] = []
+    at = 0
+    for start, end, tokens in found:
+        if start < at:  # overlaps an earlier span: keep the earlier one
+            continue
+        if start > at:
+            out.append((offset + at, Text, rest[at:start]))
+        out.extend(tokens)
+        at = end
+    if at < len(rest):
+        out.append((offset + at, Text, rest[at:]))
+    return out
+
+
+def _line_tokens(line: str, offset: int) -> list[Token]:
+    if line.startswith("  File "):
+        m = _FRAME.match(line)
+        if m:
+            kinds = (Text, String, Text, Number, Text, Name.Function)
+            tokens = [(offset + m.start(i), kind, m.group(i)) for i, kind in enumerate(kinds, 1)]
+            if m.end() < len(line):
+                tokens.append((offset + m.end(), Text, line[m.end() :]))
+            return tokens
+        return [(offset, Text, line)]
+    tokens: list[Token] = []
+    at = 0
+    m = _PREFIX.match(line)
+    if m and m.group("ts"):
+        tokens += [(offset, Text, "["), (offset + 1, Comment.Special, m.group("ts"))]
+        if m.group("rank"):
+            tokens.append((offset + m.start("rank"), Name.Label, m.group("rank")))
+        tokens.append((offset + m.start("close"), Text, "]"))
+        at = m.end()
+    elif m:
+        if m.group("proc"):
+            tokens.append((offset, Name.Label, m.group("proc")))
+        level = m.group("level")
+        kind = (
+            Generic.Error
+            if level in ("ERROR", "CRITICAL")
+            else Generic.Strong
+            if level == "WARNING"
+            else Keyword.Pseudo
+        )
+        tokens += [(offset + m.start("level"), kind, level), (offset + m.end("level"), Text, " ")]
+        tokens.append((offset + m.start("vts"), Comment.Special, m.group("vts")))
+        at = m.end()
+    e = _EXCEPTION.match(line, at)
+    if e:
+        tokens.append((offset + at, Name.Exception, e.group()))
+        at = e.end()
+    tokens += _spans(line[at:], offset + at)
+    return tokens
+
+
+class ServerLogLexer(Lexer):
     """SGLang / vLLM server logs and the Python tracebacks inside them."""
 
     name = "Inference server log"
     aliases = ["serverlog"]
-    flags = 0
 
-    tokens = {
-        "root": [
-            (r"Traceback \(most recent call last\):", Generic.Heading),
-            (
-                r'(  File )("[^"\n]*")(, line )(\d+)(, in )(\S+)',
-                bygroups(Text, String, Text, Number, Text, Name.Function),
-            ),
-            (r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?", Comment.Special),
-            (r"\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?", Comment.Special),
-            (r"\b(?:TP|DP|EP|PP)\d+\b|\brank[= ]?\d+\b|\bpid=\d+\b", Name.Label),
-            (r"\b(?:ERROR|CRITICAL|FATAL|Error|error)\b", Generic.Error),
-            (r"\b(?:WARNING|WARN|Warning)\b", Generic.Strong),
-            (r"\b(?:INFO|DEBUG)\b", Keyword.Pseudo),
-            (r"\b(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Warning)\b", Name.Exception),
-            (r"\b(?:CUDA|NCCL|cuBLAS|cudnn|cuDNN)\b", Keyword),
-            (r"\bsm_?\d{2,3}a?\b", Keyword.Type),
-            (r"(\w+)(=)('[^'\n]*'|\"[^\"\n]*\"|[\w.+-]+)", bygroups(Name.Attribute, Operator, String)),
-            (r"'[^'\n]{0,200}'", String),
-            (r"\b\d+(?:\.\d+)?\b", Number),
-            (r"[()\[\]{},:]", Punctuation),
-            (r"[^\S\n]+", Text),
-            (r"\w+", Text),
-            (r"\n", Text),
-            (r".", Text),
-        ]
-    }
+    def get_tokens_unprocessed(self, text: str) -> Iterator[Token]:
+        offset = 0
+        for line in text.split("\n"):
+            yield from _line_tokens(line, offset)
+            offset += len(line)
+            if offset < len(text):
+                yield offset, Text, "\n"
+                offset += 1
 
 
 @lru_cache(maxsize=1)
@@ -228,6 +321,35 @@ def log_window(
         next_first=last + 1 if last < total else None,
         sources=list(sources or []),
     )
+
+
+_ROW = '<tr id="L{}"{}><td class="ln"><a href="#L{}">{}</a></td><td class="code">{}{}</td></tr>'
+_SOURCE_ROW = '<tr class="source-start"><td></td><td>── {} ──</td></tr>'
+
+
+def render_rows(window: Window) -> SafeString:
+    """The window's table rows. Built here rather than in a template loop: 200 rows through the
+    template engine cost more than reading and highlighting them. Every value goes through
+    format_html (escaped); the code cell is the formatter's output."""
+
+    def rows() -> Iterator[SafeString]:
+        for row in window.rows:
+            if row.source is not None:
+                yield format_html(_SOURCE_ROW, row.source)
+            number = str(row.number)
+            yield format_html(
+                _ROW,
+                number,
+                format_html(' class="{}"', row.classes) if row.classes else "",
+                number,
+                number,
+                row.html,
+                format_html('<span class="cut"> … {} more bytes on this line</span>', f"{row.cut:,}")
+                if row.cut
+                else "",
+            )
+
+    return format_html_join("\n", "{}", ((row,) for row in rows()))
 
 
 @dataclass

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from dispatchlab.front import figures, presenters
 from dispatchlab.front.compare import compare_documents
 from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
-from dispatchlab.front.logview import log_window, search_log
+from dispatchlab.front.logview import log_window, render_rows, search_log
 from dispatchlab.reports import selectors
 from dispatchlab.reports.models import FailureGroup, Project, Report
 
@@ -175,11 +175,19 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
     return render(request, "front/report.html", context)
 
 
+# the parts of the document the log viewer needs, read without decoding the rest (metrics, timeline)
+LOG_DOCUMENT_KEYS = ("matches", "crash", "sources", "tracebacks", "line_count")
+
+
 @login_required
 @require_GET
 def log(request: HttpRequest, report_id: int) -> HttpResponse:
-    report = _report_or_404(request, report_id)
-    doc = report.document if isinstance(report.document, dict) else {}
+    report = _report_or_404(request, report_id, with_document=False)
+    parts = (
+        Report.objects.filter(pk=report.pk).values(*(f"document__{key}" for key in LOG_DOCUMENT_KEYS)).first()
+        or {}
+    )
+    doc = {key: parts.get(f"document__{key}") for key in LOG_DOCUMENT_KEYS}
     index = selectors.report_line_index(report)
     context: dict[str, Any] = {"report": report, "index_ready": index is not None}
     if index is None:
@@ -204,6 +212,7 @@ def log(request: HttpRequest, report_id: int) -> HttpResponse:
         search = search_log(index, needle, start=_int_param(request, "from") or 1)
     context.update(
         window=window,
+        rows=render_rows(window),
         line=line,
         needle=needle,
         search=search,

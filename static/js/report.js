@@ -13,7 +13,9 @@
     var logUrl = el.dataset.logUrl;
     el.on("plotly_click", function (event) {
       var point = event.points && event.points[0];
-      var line = point && point.customdata && point.customdata[1];
+      var data = point && point.customdata;
+      // timeline points carry [hover, line]; throughput points the line alone
+      var line = Array.isArray(data) ? data[1] : data;
       if (logUrl && line) {
         line = String(parseInt(line, 10));
         window.location.href = logUrl + "?line=" + line + "#L" + line;

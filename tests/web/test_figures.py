@@ -144,3 +144,13 @@ def test_sparkline_is_inline_svg_with_a_bar_per_day():
     assert 'height="24.0"' in svg  # the busiest day fills the height
     assert "7 in the last 4 days" in svg
     assert str(sparkline_svg([])).count("<rect") == 1
+
+
+def test_throughput_draws_the_same_number_of_points_for_any_log_size():
+    points = [
+        {"line": n, "time": None, "rank": "TP0", "kind": "decode", "gen_throughput": 1.0}
+        for n in range(1, 2001)
+    ]
+    fig = throughput_figure({"metrics": {"points": points, "total": 200_000, "sampled_every": 100}})
+    assert len(fig["data"][0]["x"]) == 500
+    assert "1 in 400 of 200000 points" in fig["layout"]["title"]["text"]
