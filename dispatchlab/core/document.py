@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -89,8 +89,13 @@ class ParsedLog:
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc.pop("pattern_hits")
-        doc["backend_origins"] = {k: asdict(v) for k, v in self.backend_origins.items()}
-        doc["draft_backend_origins"] = {k: asdict(v) for k, v in self.draft_backend_origins.items()}
+        # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
+        doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "pattern_hits"}
+        doc["timeline"] = [vars(e).copy() for e in self.timeline]
+        doc["tracebacks"] = [
+            {**{k: v for k, v in vars(t).items() if k != "frames"}, "frames": [vars(f).copy() for f in t.frames]}
+            for t in self.tracebacks
+        ]
+        doc["backend_origins"] = {k: vars(v).copy() for k, v in self.backend_origins.items()}
+        doc["draft_backend_origins"] = {k: vars(v).copy() for k, v in self.draft_backend_origins.items()}
         return doc

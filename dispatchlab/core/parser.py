@@ -11,7 +11,7 @@ from typing import Any
 from dispatchlab.core import arch as archmod
 from dispatchlab.core.document import Event, Frame, Origin, ParsedLog, PatternHit, Traceback
 from dispatchlab.core.lineformat import Line, split_line
-from dispatchlab.core.reading import Source, decode_line, iter_chunks
+from dispatchlab.core.reading import MAX_PARSED_LINE_BYTES, Source, decode_line, iter_chunks
 from dispatchlab.core.rules import RULES
 from dispatchlab.core.scanner import Scanner
 from dispatchlab.core.serverargs import (
@@ -57,6 +57,10 @@ VLLM_BACKEND_FIELDS = {
     "kv_cache_dtype": "kv_cache_dtype",
 }
 
+VLLM_OLD_ATTENTION = {
+    "Flash Attention": "FLASH_ATTN", "FlashInfer": "FLASHINFER", "Triton MLA": "TRITON_MLA", "FlashMLA": "FLASHMLA",
+    "Cutlass MLA": "CUTLASS_MLA", "XFormers": "XFORMERS", "Torch SDPA": "TORCH_SDPA",
+}
 WRAPPER_EXCEPTIONS = re.compile(
     r"Engine core initialization failed|EngineDeadError|EngineCore encountered an issue|"
     r"Initialization failed\.|scheduler died during initialization|Worker failed with error|"
@@ -128,7 +132,7 @@ class LogParser:
         total = sum(s.stored_bytes or 0 for s in sources) or None
         if total and any(s.stored_bytes is None for s in sources):
             total = None
-        run.stride = max(4096, (total or 0) // METRIC_POINTS_TARGET)
+        run.stride = max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET)
         done = 0
         for source in sources:
             first = run.line_base + 1
@@ -215,6 +219,11 @@ class _Run:
             cursor = sample
             self._metric_line(chunk, sample, line_no + 1)
         self.line_base += count(b"\n")
+        points = self.doc.metrics["points"]
+        while len(points) > 2 * METRIC_POINTS_TARGET:
+            # the log is bigger than its stored size said (compressed, stdin): halve the resolution
+            points = self.doc.metrics["points"] = points[::2]
+            self.stride *= 2
         self.metric_total += (
             count(b"Decode batch") + count(b"Engine 000: Avg") + count(b"] Avg prompt throughput")
         )
@@ -225,25 +234,27 @@ class _Run:
         position = max(0, self.next_sample)
         size = len(chunk)
         find = chunk.find
-        while position < size:
-            hit = -1
-            for needle in (b"Decode batch", b"Avg prompt throughput", b"Prefill batch"):
-                i = find(needle, position, min(size, position + self.stride))
-                if i >= 0 and (hit < 0 or i < hit):
-                    hit = i
-            if hit < 0:
-                position += self.stride
-                continue
+        needles = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
+        upcoming = [find(n, position) for n in needles]  # next hit of each needle (-1: none left)
+        while True:
+            live = [p for p in upcoming if p >= 0]
+            if not live:
+                break
+            hit = min(live)
             start = chunk.rfind(b"\n", 0, hit) + 1
             out.append(start)
             position = max(hit + 1, start + self.stride)
-        self.next_sample = position - size
+            if position >= size:
+                break
+            upcoming = [find(n, position) if 0 <= p < position else p for n, p in zip(needles, upcoming, strict=True)]
+        self.next_sample = position - size if out else 0
         return out
 
     # ---------------------------------------------------------------- one line
     def _raw_line(self, chunk: bytes, start: int) -> str:
         end = chunk.find(b"\n", start)
-        return decode_line(chunk[start : end if end >= 0 else len(chunk)])
+        end = end if end >= 0 else len(chunk)
+        return decode_line(chunk[start : min(end, start + MAX_PARSED_LINE_BYTES)])
 
     def _line(self, chunk: bytes, start: int, number: int, rule_ids: set[int] | None) -> None:
         raw = self._raw_line(chunk, start)
@@ -674,7 +685,8 @@ class _Run:
             if backend not in ("DEBUG", "INFO"):
                 self._message_backend("attention_backend", backend, line, "main")
         elif "vllm_attn_old" in m:
-            self._message_backend("attention_backend", m["vllm_attn_old"].group("backend"), line, "main")
+            name = m["vllm_attn_old"].group("backend")
+            self._message_backend("attention_backend", VLLM_OLD_ATTENTION.get(name, name), line, "main")
         if "vllm_moe" in m:
             self._message_backend("moe_runner_backend", m["vllm_moe"].group("backend"), line, "main")
         elif "vllm_moe_old" in m:
@@ -1080,8 +1092,9 @@ class _Run:
                 )
         inherit("attention_backend", "no draft attention backend set: uses the main model's")
         from_arg("quantization", "speculative_draft_model_quantization")
-        for key in ("sampling_backend", "kv_cache_dtype"):
-            inherit(key, "shared with the main model")
+        for key in list(main):
+            if key not in ("quantization",) and not key.startswith(("prefill_", "decode_")):
+                inherit(key, "shared with the main model")
         if args.get("speculative_algorithm"):
             draft.setdefault(
                 "speculative_algorithm",
@@ -1276,7 +1289,7 @@ class _Run:
         doc = self.doc
         if doc.crash is not None:
             doc.outcome = "crashed"
-        elif self.ready_line is not None and (self.first_decode_line or 0) > 0:
+        elif self.ready_line is not None and (self.first_decode_line or self.metric_total):
             doc.outcome = "serving"
         elif self.ready_line is not None:
             doc.outcome = "ready"

@@ -20,8 +20,10 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 CHUNK_BYTES = 16 * 1024 * 1024
-# A line longer than this is cut into pieces: a 10 MB single line must not cost 10 MB per regex.
-MAX_LINE_BYTES = 4 * 1024 * 1024
+# A line without a newline for this long is cut (memory stays bounded); the parser itself only looks at
+# the first MAX_PARSED_LINE_BYTES of any line, so a 10 MB single line costs no more than a short one.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+MAX_PARSED_LINE_BYTES = 1024 * 1024
 SNIFF_BYTES = 64 * 1024
 # Decompression bombs: refuse archives that expand far beyond what logs compress to.
 MAX_EXPANSION_RATIO = 1000
@@ -213,8 +215,8 @@ def open_sources(paths: Sequence[str | Path]) -> list[Source]:
 
 
 def iter_chunks(source: Source) -> Iterator[bytes]:
-    """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed, very long
-    lines cut at MAX_LINE_BYTES. Every chunk ends with a newline."""
+    """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed. Every chunk ends
+    with a newline."""
     with source.opener() as stream:
         carry = b""
         while True:
@@ -231,15 +233,15 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
                     carry = data
                     continue
                 carry = b""
-                yield _normalise(data + b"\n", limit=True)
+                yield _normalise(data + b"\n")
                 continue
             carry = data[cut:]
-            yield _normalise(data[:cut], limit=True)
+            yield _normalise(data[:cut])
         if carry:
-            yield _normalise(carry + b"\n", limit=True)
+            yield _normalise(carry + b"\n")
 
 
-def _normalise(chunk: bytes, *, limit: bool) -> bytes:
+def _normalise(chunk: bytes) -> bytes:
     if b"\x1b" in chunk:
         chunk = ANSI_RE.sub(b"", chunk)
     if b"\r" in chunk:
@@ -247,16 +249,6 @@ def _normalise(chunk: bytes, *, limit: bool) -> bytes:
         if b"\r" in chunk:
             # tqdm redraws a bar with bare CRs: keep the last state of each line
             chunk = re.sub(rb"[^\n]*\r(?=[^\n])", b"", chunk).replace(b"\r", b"")
-    if limit and len(chunk) > MAX_LINE_BYTES and b"\n" in chunk:
-        pieces = chunk.split(b"\n")
-        if any(len(piece) > MAX_LINE_BYTES for piece in pieces):
-            out = []
-            for piece in pieces:
-                while len(piece) > MAX_LINE_BYTES:
-                    out.append(piece[:MAX_LINE_BYTES])
-                    piece = piece[MAX_LINE_BYTES:]
-                out.append(piece)
-            chunk = b"\n".join(out)
     return chunk
 
 

@@ -51,7 +51,7 @@ def render_summary(doc: dict[str, Any]) -> str:
             if draft:
                 d_val = draft.get(key, "-")
                 d_src = (draft_origins.get(key) or {}).get("source", "")
-                marker = "  <- differs" if key in main and d_val != m_val else ""
+                marker = "  <- differs" if key in main and key in draft and d_val != m_val else ""
                 row += f"  {d_val}{' [' + d_src + ']' if d_src else ''}{marker}"
             out.append(row)
 

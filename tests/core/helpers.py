@@ -1,0 +1,63 @@
+"""Shared helpers for the core tests (no Django, no services)."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dispatchlab.core.reading import Source
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "tests" / "fixtures" / "logs"
+GOLDEN = ROOT / "tests" / "fixtures" / "golden"
+GENUINE = ROOT / "tests" / "fixtures" / "genuine"
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+CONTRACT_FIELDS = {
+    "server", "server_version", "model", "gpu", "server_args", "backends", "draft_backends", "timeline",
+    "tracebacks", "kernels", "crash", "outcome",
+}
+MATCH_FIELDS = {"matches", "failure_class", "fingerprint"}
+
+
+def text_source(text: str, name: str = "test.log") -> Source:
+    data = text.encode("utf-8")
+    return Source(name, lambda: io.BytesIO(data), len(data))
+
+
+def run_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dispatchlab.core.cli", *args],
+        input=stdin.decode("utf-8", "replace") if stdin is not None else None,
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+
+
+def assert_contract_document(doc: dict[str, Any], *, matched: bool = False) -> None:
+    missing = CONTRACT_FIELDS - set(doc)
+    assert not missing, f"document lacks {missing}"
+    assert doc["server"] in ("sglang", "vllm", "unknown")
+    assert set(doc["gpu"]) >= {"name", "arch", "count"}
+    assert doc["outcome"] in ("crashed", "ready", "serving", "incomplete")
+    for event in doc["timeline"]:
+        assert set(event) >= {"line", "time", "rank", "kind", "name", "detail"}
+        assert event["kind"] in ("phase", "backend", "warning", "error", "metric")
+    for tb in doc["tracebacks"]:
+        assert set(tb) >= {"line", "rank", "exception", "message", "frames"}
+        for frame in tb["frames"]:
+            assert set(frame) == {"file", "line", "function"}
+    if doc["crash"] is not None:
+        assert set(doc["crash"]) >= {"line", "phase", "exception", "message"}
+    assert all(isinstance(v, str) for v in doc["backends"].values())
+    assert all(isinstance(v, str) for v in doc["draft_backends"].values())
+    if matched:
+        assert MATCH_FIELDS <= set(doc)
+        assert isinstance(doc["fingerprint"], str) and len(doc["fingerprint"]) >= 8
+        int(doc["fingerprint"], 16)
+        for match in doc["matches"]:
+            assert set(match) >= {"id", "title", "failure_class", "confidence", "lines", "facts", "fix", "decisions"}
+            assert 0 <= match["confidence"] <= 1
+            assert set(match["fix"]) >= {"summary", "args", "env", "tried_and_failed"}

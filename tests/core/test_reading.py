@@ -1,0 +1,164 @@
+"""Reading: every kind of input a person drops on us either parses or fails with one clear line."""
+
+from __future__ import annotations
+
+import gzip
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from dispatchlab.core import LogReadError, parse_paths
+from dispatchlab.core.reading import LineIndex, iter_lines, write_line_index
+
+from .helpers import LOGS, run_cli
+
+CANONICAL = LOGS / "sglang_dsv4_eagle_sm120.log"
+
+
+def test_a_gzipped_log_parses_like_the_plain_one(tmp_path: Path):
+    packed = tmp_path / "server.log.gz"
+    packed.write_bytes(gzip.compress(CANONICAL.read_bytes()))
+    plain, zipped = parse_paths([CANONICAL]), parse_paths([packed])
+    assert zipped["crash"] == plain["crash"]
+    assert zipped["backends"] == plain["backends"]
+
+
+def test_a_zip_of_several_logs_is_one_document_with_one_source_each(tmp_path: Path):
+    archive = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("launch/env.txt", "GPU 0: NVIDIA H100 80GB HBM3\nGPU 0 Compute Capability: 9.0\n")
+        zf.writestr("launch/server.log", (LOGS / "sglang_h100_serving.log").read_text())
+        zf.writestr("screenshot.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200))
+    doc = parse_paths([archive])
+    assert [s["name"].split(":")[-1] for s in doc["sources"]] == ["launch/env.txt", "launch/server.log"]
+    assert doc["sources"][1]["first_line"] == 3
+    assert doc["gpu"]["arch"] == "sm_90"
+    assert doc["outcome"] == "serving"
+
+
+def test_invalid_utf8_crlf_and_ansi_colours_do_not_disturb_parsing(tmp_path: Path):
+    log = tmp_path / "colour.log"
+    log.write_bytes(
+        b"\x1b[32m[2026-01-02 03:04:05 TP0] Load weight begin. avail mem=10.00 GB\x1b[0m\r\n"
+        b"[2026-01-02 03:04:06 TP0] caf\xe9 \xff\xfe broken bytes\r\n"
+        b"[2026-01-02 03:04:09 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=2.00 GB, mem usage=8.00 GB.\r\n"
+    )
+    doc = parse_paths([log])
+    phases = [p for p in doc["phases"] if p["name"] == "weight_loading"]
+    assert phases and phases[0]["seconds"] == 4.0
+    assert list(iter_lines([log]))[1].startswith("[2026-01-02 03:04:06 TP0] caf\ufffd")
+
+
+def test_a_ten_megabyte_single_line_and_a_long_args_dump_are_handled(tmp_path: Path):
+    args = ", ".join(f"field_{i}='value {i}, with (parens)'" for i in range(400))
+    log = tmp_path / "long.log"
+    log.write_text(
+        "x" * (10 * 1024 * 1024) + "\n"
+        f"[2026-01-02 03:04:05] server_args=ServerArgs(model_path='m', {args}, moe_runner_backend='triton')\n"
+    )
+    doc = parse_paths([log])
+    assert doc["server_args"]["field_399"] == "value 399, with (parens)"
+    assert doc["backends"]["moe_runner_backend"] == "triton"
+    assert doc["line_count"] == 2
+
+
+def test_stdin_is_read_with_a_dash():
+    result = run_cli("parse", "--json", "-", stdin=(LOGS / "sglang_hardwrapped_args.log").read_bytes())
+    assert result.returncode == 0, result.stderr
+    assert '"outcome":"crashed"' in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("empty.log", b"", "empty"),
+        ("core.bin", b"\x7fELF\x02\x01\x01\x00" + bytes(4096), "binary"),
+        ("image.log.gz", gzip.compress(bytes(range(256)) * 64), "binary"),
+        ("truncated.gz", gzip.compress(b"[2026-01-01 00:00:00] hello\n" * 5000)[:300], "corrupt"),
+    ],
+)
+def test_a_file_that_is_not_a_log_fails_with_one_line_and_exit_code_1(tmp_path: Path, name, content, reason):
+    path = tmp_path / name
+    path.write_bytes(content)
+    result = run_cli("parse", str(path))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0] and name in lines[0]
+
+
+def _zip_with(tmp_path: Path, entries: dict[str, bytes], *, compression=zipfile.ZIP_DEFLATED) -> Path:
+    path = tmp_path / "upload.zip"
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        for entry, data in entries.items():
+            zf.writestr(entry, data)
+    return path
+
+
+def test_a_zip_entry_that_climbs_out_of_the_folder_is_refused(tmp_path: Path):
+    path = _zip_with(tmp_path, {"../../etc/cron.d/evil.log": b"[2026-01-01 00:00:00] x\n"})
+    with pytest.raises(LogReadError, match="unsafe entry name"):
+        parse_paths([path])
+
+
+def test_a_zip_bomb_is_refused_before_it_is_expanded(tmp_path: Path):
+    path = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        with zf.open("huge.log", "w", force_zip64=True) as member:
+            block = b"A" * (1024 * 1024)
+            for _ in range(300):
+                member.write(block)
+    assert path.stat().st_size < 1024 * 1024
+    result = run_cli("parse", str(path))
+    assert result.returncode == 1 and "decompression bomb" in result.stderr
+
+
+def test_a_missing_file_and_a_directory_are_reported_plainly(tmp_path: Path):
+    assert run_cli("parse", str(tmp_path / "nope.log")).stderr.strip().endswith("no such file")
+    assert "is a directory" in run_cli("parse", str(tmp_path)).stderr
+
+
+def test_usage_errors_exit_with_2():
+    assert run_cli("parse").returncode == 2
+    assert run_cli("frobnicate", "x").returncode == 2
+
+
+def test_the_line_index_pages_through_a_log_by_line_number(tmp_path: Path):
+    log = tmp_path / "many.log.gz"
+    log.write_bytes(gzip.compress("".join(f"line {i}\n" for i in range(1, 5001)).encode()))
+    count = write_line_index([log], tmp_path / "copy.txt", tmp_path / "copy.idx", every=100)
+    index = LineIndex(tmp_path / "copy.txt", tmp_path / "copy.idx")
+    assert count == 5000
+    assert index.lines(4321, 3) == ["line 4321", "line 4322", "line 4323"]
+    assert index.lines(4999, 10) == ["line 4999", "line 5000"]
+    assert index.search("line 42", limit=3) == [(42, "line 42"), (420, "line 420"), (421, "line 421")]
+
+
+def _peak_rss_mb_parsing(path: Path) -> float:
+    import subprocess
+    import sys
+
+    # VmHWM belongs to the new process image (ru_maxrss would carry over the parent's peak across exec)
+    code = (
+        "import sys; from dispatchlab.core import parse_paths; parse_paths([sys.argv[1]]);"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    return int(out) / 1024
+
+
+def test_stream_reading_keeps_memory_flat_as_the_log_grows(tmp_path: Path):
+    line = (
+        b"[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 8, #token: 4400, token usage: 0.01, "
+        b"cuda graph: True, gen throughput (token/s): 512.33, #queue-req: 0, \n"
+    )
+    block = line * (1024 * 1024 // len(line))
+    small, large = tmp_path / "small.log", tmp_path / "large.log"
+    for path, megabytes in ((small, 100), (large, 250)):
+        with path.open("wb") as handle:
+            for _ in range(megabytes):
+                handle.write(block)
+    small_peak, large_peak = _peak_rss_mb_parsing(small), _peak_rss_mb_parsing(large)
+    assert large_peak < 150, f"peak RSS {large_peak:.0f} MB for a 250 MB log"
+    assert large_peak < small_peak * 1.2, f"peak RSS grew from {small_peak:.0f} MB to {large_peak:.0f} MB"
