@@ -10,6 +10,8 @@ Django's development server. Ctrl-C stops both.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -28,17 +30,27 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+def _stop(worker: subprocess.Popen[bytes], web: subprocess.Popen[bytes]) -> None:
+    # The worker's main process alone: it stops its pool itself (signalling the pool's processes
+    # directly can leave the main process waiting on them forever).
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+    # runserver's autoreloader runs the server in a child process: stop the whole group.
+    if web.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(web.pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
-    for process in processes:
+    for process in (worker, web):
         try:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,45 +64,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=1)
-    call_command("bootstrap", username=args.username)
+    bootstrap = io.StringIO()
+    call_command("bootstrap", username=args.username, stdout=bootstrap)
+    print(bootstrap.getvalue(), end="", flush=True)
 
-    env = dict(os.environ)
+    signal.signal(signal.SIGTERM, _terminated)
     worker = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "dispatchlab.config",
-            "worker",
-            "--beat",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            str(args.concurrency),
+            *(sys.executable, "-m", "celery", "-A", "dispatchlab.config", "worker", "--beat"),
+            *("--loglevel", "INFO", "--concurrency", str(args.concurrency)),
         ],
-        env=env,
+        start_new_session=True,  # Ctrl-C reaches this process only; it stops the others in order
     )
-    web = subprocess.Popen([sys.executable, "-m", "django", "runserver", args.addr], env=env)
-    processes = [worker, web]
-    time.sleep(3)
-    broker = settings.CELERY_BROKER_URL.split("@")[-1]
-    print(
-        f"\ndispatchlab: http://{args.addr}/  (database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}, "
-        f"broker: {broker}, data: {settings.DATA_DIR})\n"
-        "The first run printed the login above; `python manage.py changepassword NAME` sets a new one.\n"
-        "Ctrl-C stops the web server and the worker.\n",
-        flush=True,
-    )
+    web = subprocess.Popen([sys.executable, "-m", "django", "runserver", args.addr], start_new_session=True)
     try:
-        while all(process.poll() is None for process in processes):
+        time.sleep(3)  # let both print their start-up lines first
+        database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+        broker = settings.CELERY_BROKER_URL.split("@")[-1]
+        login = [line for line in bootstrap.getvalue().splitlines() if line.startswith("  ")]
+        print(
+            f"\ndispatchlab: http://{args.addr}/  (database: {database}, broker: {broker}, data: {settings.DATA_DIR})",
+            *(
+                login
+                or [
+                    "  log in with the existing user (`python manage.py changepassword NAME` sets a password)"
+                ]
+            ),
+            "Ctrl-C stops the web server and the worker.\n",
+            sep="\n",
+            flush=True,
+        )
+        while worker.poll() is None and web.poll() is None:
             time.sleep(0.5)
     except KeyboardInterrupt:
         print("\nstopping the web server and the worker…", flush=True)
-        _stop(processes)
+        _stop(worker, web)
         return 0
     # One of them exited by itself: stop the other and report.
-    _stop(processes)
+    _stop(worker, web)
     for name, process in (("worker", worker), ("web server", web)):
         if process.returncode:
             print(f"the {name} exited with status {process.returncode}", file=sys.stderr)
