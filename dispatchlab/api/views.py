@@ -32,6 +32,7 @@ from dispatchlab.reports.services import UploadRejected, UploadTooLarge, report_
 MAX_WAIT_SECONDS = 60
 WAIT_POLL_SECONDS = 0.2
 LIST_LIMIT = 100
+MAX_UNNAMED_PROJECTS = 20
 # Room for the multipart envelope around files of the maximum upload size.
 ENVELOPE_BYTES = 1024 * 1024
 
@@ -253,12 +254,16 @@ def _hook_fields(
     return fields, [ContentFile(log.encode("utf-8", "replace"), name=name)]
 
 
-def _hook_candidates(request: HttpRequest) -> dict[int, str]:
+def _hook_candidates(request: HttpRequest) -> dict[int, str] | JsonResponse:
     wanted = request.GET.get("project") or request.headers.get("X-Dispatchlab-Project", "")
     projects = Project.objects.all()
     if wanted:
         projects = projects.filter(slug=wanted)
-    return dict(projects.values_list("id", "webhook_secret"))
+    candidates = dict(projects.values_list("id", "webhook_secret")[: MAX_UNNAMED_PROJECTS + 1])
+    if len(candidates) > MAX_UNNAMED_PROJECTS:
+        # Each candidate costs an HMAC over the whole body: past a few, the sender names its project.
+        return error("name the project: ?project=<slug> or X-Dispatchlab-Project", 400)
+    return candidates
 
 
 @csrf_exempt  # authenticated by the HMAC signature, not a session
@@ -289,12 +294,15 @@ def ci_hook(request: HttpRequest) -> HttpResponse:
     except ValueError:
         return error("wait must be a number of seconds (at most 60)", 400)
 
+    candidates = _hook_candidates(request)
+    if isinstance(candidates, JsonResponse):
+        return candidates
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
         try:
             body = _read_signed(
                 request,
                 spool,  # type: ignore[arg-type]
-                _hook_candidates(request),
+                candidates,
                 prefix,
                 settings.DISPATCHLAB_MAX_UPLOAD_BYTES + ENVELOPE_BYTES,
             )

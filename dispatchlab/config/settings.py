@@ -224,6 +224,8 @@ STORAGES = {
         ),
     },
 }
+# Serve static files straight from the app folders too, so `gunicorn` works before `collectstatic`.
+WHITENOISE_USE_FINDERS = True
 DISPATCHLAB_MAX_UPLOAD_BYTES = env_int("DISPATCHLAB_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 # Larger uploads stream to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024

@@ -233,6 +233,10 @@ def report_submit(
     if existing is not None:
         if delivery_id and existing.delivery_id is None:
             Report.objects.filter(id=existing.id, delivery_id__isnull=True).update(delivery_id=delivery_id)
+        if existing.status == Report.Status.FAILED:
+            # Uploading a failed log again is asking to try again (the core may have been fixed).
+            report_rematch(report_id=existing.id)
+            existing.refresh_from_db()
         return existing, False
 
     names = [_original_name(file, position) for position, file in enumerate(files)]
@@ -370,15 +374,17 @@ def _local_copies(report: Report, workdir: Path) -> Iterator[list[Path]]:
         folder = workdir / str(item.position)
         folder.mkdir()
         target = folder / item.original_name
-        try:
-            source = Path(default_storage.path(item.file.name))
-        except NotImplementedError:
+        source: Path | None = None
+        with contextlib.suppress(NotImplementedError):
+            local_path = Path(default_storage.path(item.file.name))
+            source = local_path if local_path.is_file() else None
+        if source is not None:
+            target.symlink_to(source)
+        elif default_storage.exists(item.file.name):
             with default_storage.open(item.file.name, "rb") as remote, target.open("wb") as local:
                 shutil.copyfileobj(remote, local, 4 * 1024 * 1024)
         else:
-            if not source.exists():
-                raise FileNotFoundError(f"stored upload {item.file.name} is missing")
-            target.symlink_to(source)
+            raise FileNotFoundError(f"stored upload {item.file.name} is missing")
         paths.append(target)
     yield paths
 

@@ -332,3 +332,18 @@ def test_the_schema_describes_the_contract(client, charlie_client):
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     # public: it holds no data, so an outsider gets the same document
     assert charlie_client.get("/api/schema/").json() == schema
+
+
+def test_a_delivery_that_names_no_project_among_many_is_asked_to(client, acme, oom_log):
+    from dispatchlab.api.views import MAX_UNNAMED_PROJECTS
+    from dispatchlab.reports.models import Project
+
+    for n in range(MAX_UNNAMED_PROJECTS):
+        Project.objects.create(name=f"p{n}", slug=f"p{n}")
+    body = hook_body(oom_log)
+    response = client.post(HOOK, body, content_type="application/json", **sign(acme.webhook_secret, body))
+    assert response.status_code == 400 and "name the project" in response.json()["error"]
+    response = client.post(
+        f"{HOOK}?project=acme", body, content_type="application/json", **sign(acme.webhook_secret, body)
+    )
+    assert response.status_code == 201

@@ -402,3 +402,48 @@ def test_the_bootstrap_command_prints_the_login(db):
     text = out.getvalue()
     assert "login:    admin" in text and "password: s3cret-pass" in text
     assert "knowledge base:" in text
+
+
+# ---------------------------------------------------------------- storage and the broker
+
+
+def test_uploads_work_with_a_storage_that_has_no_local_paths(acme, alice, make_upload, settings, fake_core):
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
+    }
+    report = _submitted(acme, alice, make_upload)
+    assert report_analyze(report_id=report.id) == Outcome.DONE
+    # the core read a downloaded copy, named as uploaded
+    assert fake_core.calls[0][0].endswith("/server.log")
+
+
+def test_a_broker_that_is_down_leaves_the_upload_queued_for_the_sweep(
+    acme, alice, make_upload, monkeypatch, django_capture_on_commit_callbacks, caplog
+):
+    from kombu.exceptions import OperationalError
+
+    from dispatchlab.reports.tasks import report_analyze_task
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("Error 111 connecting to redis:6379. Connection refused.")
+
+    monkeypatch.setattr(report_analyze_task, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        report = report_create(project=acme, user=alice, files=[make_upload()])
+    report.refresh_from_db()
+    assert report.status == Report.Status.QUEUED and report.files.count() == 1
+    assert "Connection refused" in caplog.text
+
+
+def test_uploading_a_failed_log_again_tries_it_again(
+    acme, alice, make_upload, django_capture_on_commit_callbacks
+):
+    failed, _ = report_submit(project=acme, user=alice, files=[make_upload("core.log", b"\x00\x01" * 100)])
+    Report.objects.filter(id=failed.id).update(status=Report.Status.FAILED, error="binary")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        again, created = report_submit(
+            project=acme, user=alice, files=[make_upload("core.log", b"\x00\x01" * 100)]
+        )
+    assert not created and again.id == failed.id and again.status == Report.Status.QUEUED
+    assert len(callbacks) == 1
