@@ -84,6 +84,7 @@ class ParsedLog:
         default_factory=list
     )  # error lines outside tracebacks (deduplicated)
     warnings_count: int = 0
+    time_year_known: bool = True  # False: timestamps had no year and use 1900 as a placeholder
     truncated_events: int = 0
     # matches of extra patterns (the knowledge base's) by pattern index: not part of the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
@@ -93,7 +94,10 @@ class ParsedLog:
         doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "pattern_hits"}
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
         doc["tracebacks"] = [
-            {**{k: v for k, v in vars(t).items() if k != "frames"}, "frames": [vars(f).copy() for f in t.frames]}
+            {
+                **{k: v for k, v in vars(t).items() if k != "frames"},
+                "frames": [vars(f).copy() for f in t.frames],
+            }
             for t in self.tracebacks
         ]
         doc["backend_origins"] = {k: vars(v).copy() for k, v in self.backend_origins.items()}

@@ -92,7 +92,7 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
     actor = _RAY.match(text)
     if actor and not text.startswith("(Worker") and "pid=" in actor.group(0):
         after = text[actor.end() :]
-        if after.startswith("[") or after.startswith(("INFO", "WARNING", "ERROR", "DEBUG")):
+        if after.startswith("["):
             text = after
     m = _SGL.match(text)
     if m:

@@ -58,8 +58,13 @@ VLLM_BACKEND_FIELDS = {
 }
 
 VLLM_OLD_ATTENTION = {
-    "Flash Attention": "FLASH_ATTN", "FlashInfer": "FLASHINFER", "Triton MLA": "TRITON_MLA", "FlashMLA": "FLASHMLA",
-    "Cutlass MLA": "CUTLASS_MLA", "XFormers": "XFORMERS", "Torch SDPA": "TORCH_SDPA",
+    "Flash Attention": "FLASH_ATTN",
+    "FlashInfer": "FLASHINFER",
+    "Triton MLA": "TRITON_MLA",
+    "FlashMLA": "FLASHMLA",
+    "Cutlass MLA": "CUTLASS_MLA",
+    "XFormers": "XFORMERS",
+    "Torch SDPA": "TORCH_SDPA",
 }
 WRAPPER_EXCEPTIONS = re.compile(
     r"Engine core initialization failed|EngineDeadError|EngineCore encountered an issue|"
@@ -113,7 +118,8 @@ class _RankState:
 class _OpenTraceback:
     tb: Traceback
     chained: list[dict[str, str]] = field(default_factory=list)
-    closed_exception: bool = False
+    finished: bool = False  # the exception line was seen
+    chained_pending: bool = False  # a "During handling..." line followed it
 
 
 class LogParser:
@@ -246,7 +252,9 @@ class _Run:
             position = max(hit + 1, start + self.stride)
             if position >= size:
                 break
-            upcoming = [find(n, position) if 0 <= p < position else p for n, p in zip(needles, upcoming, strict=True)]
+            upcoming = [
+                find(n, position) if 0 <= p < position else p for n, p in zip(needles, upcoming, strict=True)
+            ]
         self.next_sample = position - size if out else 0
         return out
 
@@ -709,31 +717,33 @@ class _Run:
     def _failures(self, line: Line, m: dict[str, re.Match[str]]) -> None:
         key = self._tb_key(line)
         msg = line.msg
+        open_tb = self.open_tb.get(key)
         if "tb_start" in m:
-            open_tb = self.open_tb.get(key)
-            chained = []
-            if open_tb is not None and open_tb.closed_exception and open_tb.tb.exception:
-                chained = [
-                    *open_tb.chained,
-                    {"exception": open_tb.tb.exception, "message": open_tb.tb.message},
-                ]
-            elif open_tb is not None and open_tb.tb.exception:
-                self._close_tb(key)
-            if open_tb is not None and not chained:
-                self.open_tb.pop(key, None)
+            chain: list[dict[str, str]] = []
+            if open_tb is not None:
+                if open_tb.chained_pending and open_tb.tb.exception:
+                    # "During handling ... / The above exception ...": the new traceback continues this one
+                    chain = [
+                        *open_tb.chained,
+                        {"exception": open_tb.tb.exception, "message": open_tb.tb.message},
+                    ]
+                    first_line = open_tb.tb.line
+                    self.open_tb.pop(key)
+                else:
+                    self._close_tb(key)
             tb = Traceback(line=line.number, rank=line.rank or key, exception="", message="")
-            self.open_tb[key] = _OpenTraceback(tb, chained)
+            if chain:
+                tb.line = first_line
+            self.open_tb[key] = _OpenTraceback(tb, chain)
             if "exc_head" in m:
                 self._event(line, "error", "exception", msg[:300])
             return
         if "tb_chain" in m:
-            open_tb = self.open_tb.get(key)
             if open_tb is not None:
-                open_tb.closed_exception = True
+                open_tb.chained_pending = True
             return
         if "tb_frame" in m:
-            open_tb = self.open_tb.get(key)
-            if open_tb is None or (open_tb.tb.exception and not open_tb.closed_exception):
+            if open_tb is None or open_tb.finished:
                 if open_tb is not None:
                     self._close_tb(key)
                 open_tb = self.open_tb[key] = _OpenTraceback(
@@ -746,21 +756,16 @@ class _Run:
         if "tb_term" in m and not msg.startswith((" ", "\t")):
             g = m["tb_term"]
             exc, text = g.group("exc"), (g.group("msg") or "").strip()
-            open_tb = self.open_tb.get(key)
             if open_tb is None:
                 tb = Traceback(line=line.number, rank=line.rank or key, exception=exc, message=text[:MAX_MSG])
-                open_tb = self.open_tb[key] = _OpenTraceback(tb)
-            elif open_tb.tb.exception and not open_tb.closed_exception:
-                # a second terminal line (Python 3.11 prints `RuntimeError: x` twice with notes): keep the first
-                pass
-            else:
-                if open_tb.closed_exception and open_tb.tb.exception:
-                    open_tb.chained.append({"exception": open_tb.tb.exception, "message": open_tb.tb.message})
+                tb.end_line = line.number
+                self.open_tb[key] = _OpenTraceback(tb, finished=True)
+            elif not open_tb.finished:
                 open_tb.tb.exception = exc
                 open_tb.tb.message = text[:MAX_MSG]
                 open_tb.tb.end_line = line.number
-                open_tb.closed_exception = False
-            self._close_tb(key)
+                open_tb.finished = True
+            # else: the same exception printed again (Python 3.11 notes, logger.exception): keep the first
             return
         # error lines outside tracebacks
         kind = None
@@ -946,8 +951,11 @@ class _Run:
         self._outcome()
         ranks = {e.rank for e in doc.timeline if e.rank} | {p["rank"] for p in points if p.get("rank")}
         doc.ranks = sorted(ranks, key=_rank_sort_key)
-        if self.year is not None:
-            self._fix_years(self.year)
+        # vLLM and glog timestamps carry no year: take it from any dated line, else mark it as a placeholder
+        doc.time_year_known = self.year is not None or not any(
+            e.time and e.time.startswith("0000") for e in doc.timeline
+        )
+        self._fix_years(self.year or "1900")
         return doc
 
     def _fix_years(self, year: str) -> None:
@@ -1135,7 +1143,9 @@ class _Run:
         if inner:
             phase = "cuda_graph_capture"
         all_ranks = sorted(
-            {r for c in candidates if c[2] == exception for r in c[5] if r} | set(ranks), key=_rank_sort_key
+            {r for c in candidates if not WRAPPER_EXCEPTIONS.search(f"{c[2]} {c[3]}") for r in c[5] if r}
+            | set(ranks),
+            key=_rank_sort_key,
         )
         doc.crash = {
             "line": line if not tb else tb.line,

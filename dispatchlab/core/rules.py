@@ -106,7 +106,7 @@ RULES: dict[str, str] = {
     "tb_start": r"Traceback \(most recent call last\):",
     "tb_frame": r"^\s*File \"(?P<file>[^\"]+)\", line (?P<line>\d+), in (?P<func>[^\s]+)",
     "tb_chain": r"^\s*(?:The above exception was the direct cause of the following exception:|During handling of the above exception, another exception occurred:)",
-    "tb_term": r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)|KeyboardInterrupt|AssertionError|StopIteration)(?::\s?(?P<msg>.*))?$",
+    "tb_term": r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)|Exception|KeyboardInterrupt|AssertionError|StopIteration)(?::\s?(?P<msg>.*))?$",
     "cpp_abort": r"^terminate called after throwing an instance of '(?P<type>[^']+)'|^\s*what\(\):\s+(?P<what>.*)$",
     "fatal_py": r"^Fatal Python error: (?P<what>.+)$",
     "signal": r"[Cc]aught signal (?P<sig>\d+)|[Rr]eceived signal (?P<sig2>\d+)|[Ss]ignal (?P<sig3>\d+) \((?P<name>SIG\w+)\) received|(?P<name2>SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGKILL)\b",

@@ -204,6 +204,9 @@ def parse_launch_command(command: str) -> dict[str, Any]:
                 args[key] = values[0] if len(values) == 1 else values
             else:
                 args[key] = True
+        elif token == "-m" and i + 1 < len(tokens):
+            positional.append(tokens[i + 1])
+            i += 1
         elif token.startswith("-") and len(token) == 2 and i + 1 < len(tokens):
             args[token[1:]] = _coerce(tokens[i + 1])
             i += 1

@@ -17,8 +17,18 @@ GENUINE = ROOT / "tests" / "fixtures" / "genuine"
 CORPUS = ROOT.parent / "shared" / "corpus"
 
 CONTRACT_FIELDS = {
-    "server", "server_version", "model", "gpu", "server_args", "backends", "draft_backends", "timeline",
-    "tracebacks", "kernels", "crash", "outcome",
+    "server",
+    "server_version",
+    "model",
+    "gpu",
+    "server_args",
+    "backends",
+    "draft_backends",
+    "timeline",
+    "tracebacks",
+    "kernels",
+    "crash",
+    "outcome",
 }
 MATCH_FIELDS = {"matches", "failure_class", "fingerprint"}
 
@@ -32,7 +42,10 @@ def run_cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProce
     return subprocess.run(
         [sys.executable, "-m", "dispatchlab.core.cli", *args],
         input=stdin.decode("utf-8", "replace") if stdin is not None else None,
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
 
 
@@ -54,10 +67,19 @@ def assert_contract_document(doc: dict[str, Any], *, matched: bool = False) -> N
     assert all(isinstance(v, str) for v in doc["backends"].values())
     assert all(isinstance(v, str) for v in doc["draft_backends"].values())
     if matched:
-        assert MATCH_FIELDS <= set(doc)
+        assert set(doc) >= MATCH_FIELDS
         assert isinstance(doc["fingerprint"], str) and len(doc["fingerprint"]) >= 8
         int(doc["fingerprint"], 16)
         for match in doc["matches"]:
-            assert set(match) >= {"id", "title", "failure_class", "confidence", "lines", "facts", "fix", "decisions"}
+            assert set(match) >= {
+                "id",
+                "title",
+                "failure_class",
+                "confidence",
+                "lines",
+                "facts",
+                "fix",
+                "decisions",
+            }
             assert 0 <= match["confidence"] <= 1
             assert set(match["fix"]) >= {"summary", "args", "env", "tried_and_failed"}

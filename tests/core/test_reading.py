@@ -144,7 +144,9 @@ def _peak_rss_mb_parsing(path: Path) -> float:
         "import sys; from dispatchlab.core import parse_paths; parse_paths([sys.argv[1]]);"
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    ).stdout
     return int(out) / 1024
 
 

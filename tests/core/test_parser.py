@@ -1,0 +1,267 @@
+"""What an engineer reads off a parsed log: server, GPU, backends main vs draft, phases, the crash."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dispatchlab.core import parse_paths
+from dispatchlab.core.lineformat import split_line
+from dispatchlab.core.parser import parse_sources
+from dispatchlab.core.serverargs import parse_launch_command, parse_server_args
+
+from .helpers import GENUINE, LOGS, run_cli, text_source
+
+
+def parse_text(text: str) -> dict:
+    return parse_sources([text_source(text)]).to_dict()
+
+
+# ---- the canonical case ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def canonical() -> dict:
+    return parse_paths([LOGS / "sglang_dsv4_eagle_sm120.log"])
+
+
+def test_canonical_case_names_the_gpu_its_arch_and_the_versions(canonical):
+    assert canonical["server"] == "sglang" and canonical["server_version"] == "0.5.9"
+    assert canonical["gpu"] == {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "arch": "sm_120",
+        "count": 8,
+        "compute_capability": "12.0",
+    }
+    assert canonical["versions"]["flashinfer"] == "0.6.3"
+    assert canonical["versions"]["torch"] == "2.9.1+cu129"
+
+
+def test_canonical_case_keeps_main_and_draft_backends_apart_with_their_origins(canonical):
+    assert canonical["backends"]["moe_runner_backend"] == "triton"
+    assert canonical["backend_origins"]["moe_runner_backend"]["source"] == "flag"
+    assert canonical["backends"]["attention_backend"] == "flashinfer"
+    assert canonical["backend_origins"]["attention_backend"]["source"] == "message"
+    assert (
+        canonical["backends"]["quantization"] == "nvfp4"
+    )  # dump says None; "Detected nvfp4 checkpoint" says more
+    assert canonical["draft_backends"]["moe_runner_backend"] == "triton"
+    assert canonical["draft_backends"]["speculative_algorithm"] == "EAGLE"
+    assert (
+        "quantization" not in canonical["draft_backends"]
+    )  # the draft checkpoint's quant method is never logged
+
+
+def test_canonical_case_crash_is_in_draft_cuda_graph_capture_with_the_kernel(canonical):
+    crash = canonical["crash"]
+    assert crash["phase"] == "cuda_graph_capture" and crash["model"] == "draft"
+    assert crash["line"] == 63 and crash["rank"] == "TP1"  # the first rank to fail
+    assert "TrtllmGenBatchedGemmRunner" in crash["message"]
+    assert crash["ranks"] == ["TP0", "TP1"]
+    assert any(k.startswith("bmm_MxE4m3_MxE2m1") for k in canonical["kernels"])
+    assert "trtllm_fp4_block_scale_routed_moe" in canonical["kernels"]
+    assert canonical["outcome"] == "crashed"
+    draft_capture = [
+        p for p in canonical["phases"] if p["model"] == "draft" and p["name"] == "cuda_graph_capture"
+    ]
+    assert draft_capture and all(p["detail"] == "crashed" for p in draft_capture)
+
+
+def test_canonical_summary_is_readable_in_ten_seconds():
+    result = run_cli("parse", str(LOGS / "sglang_dsv4_eagle_sm120.log"))
+    assert result.returncode == 0
+    text = result.stdout
+    assert "arch sm_120" in text and "draft (EAGLE)" in text
+    assert "CRASH" in text and "cuda_graph_capture of the draft model" in text
+    assert "bmm_MxE4m3_MxE2m1" in text
+    assert len(text.splitlines()) < 60
+
+
+# ---- prefixes ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("raw", "rank", "msg"),
+    [
+        (
+            "[2026-01-28 20:52:56 DP1 TP3 EP3] Load weight begin. avail mem=1.00 GB",
+            "DP1 TP3 EP3",
+            "Load weight begin. avail mem=1.00 GB",
+        ),
+        ("[2026-01-28 20:52:56 EP3 TP3 DP1] x", "DP1 TP3 EP3", "x"),
+        ("[2026-01-28 20:52:56.123 PP1 TP0] x", "PP1 TP0", "x"),
+        ("(Worker_TP4_EP4 pid=2532) ERROR 12-29 15:21:11 [file.py:751] boom", "Worker_TP4_EP4", "boom"),
+        (
+            "(EngineCore_DP0 pid=144388) ERROR 08-18 20:42:56 [core.py:1330] EngineCore failed to start.",
+            "EngineCore_DP0",
+            "EngineCore failed to start.",
+        ),
+        (
+            "(VllmWorker rank=3 pid=694621) INFO 08-14 11:33:20 [gpu_model_runner.py:1892] Model loading",
+            "VllmWorker rank=3",
+            "Model loading",
+        ),
+        (
+            'ERROR 01-28 03:21:01 engine.py:387]   File "/x.py", line 1, in f',
+            None,
+            '  File "/x.py", line 1, in f',
+        ),
+        ("[rank0]: RuntimeError: NCCL error", "rank0", "RuntimeError: NCCL error"),
+        (
+            "sglang-kimi-k2  | [2025-12-02 18:40:17 TP7] Scheduler hit an exception: x",
+            "TP7",
+            "Scheduler hit an exception: x",
+        ),
+        (
+            "[04/17/2026-04:17:42] [TRT-LLM] [E] Failed to initialize executor",
+            None,
+            "Failed to initialize executor",
+        ),
+        ("(SGLangEngine pid=35555, ip=10.1.2.3) [2026-01-01 00:00:00 TP1] x", "TP1", "x"),
+    ],
+)
+def test_prefixes_are_stripped_and_the_rank_kept(raw: str, rank: str | None, msg: str):
+    line = split_line(1, raw)
+    assert line.rank == rank
+    assert line.msg == msg
+
+
+def test_the_same_traceback_from_eight_ranks_is_one_traceback_with_the_ranks():
+    block = "".join(
+        f"[2026-01-01 00:00:0{i} TP{i}] Scheduler hit an exception: Traceback (most recent call last):\n"
+        f'  File "/sgl/python/sglang/srt/model_executor/model_runner.py", line 10{i}, in forward\n'
+        f"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        for i in range(8)
+    )
+    doc = parse_text(block)
+    assert len(doc["tracebacks"]) == 1
+    assert doc["tracebacks"][0]["ranks"] == [f"TP{i}" for i in range(8)]
+    assert doc["crash"]["rank"] == "TP0" and doc["crash"]["line"] == 1
+
+
+def test_chained_tracebacks_report_the_first_exception_as_the_crash():
+    doc = parse_paths([LOGS / "sglang_docker_capture_oom.log"])
+    assert doc["crash"]["exception"] == "torch.OutOfMemoryError"
+    assert doc["crash"]["phase"] == "cuda_graph_capture"
+    assert doc["tracebacks"][0]["chain"][0]["exception"] == "torch.OutOfMemoryError"
+
+
+def test_vllm_root_cause_is_the_worker_not_the_api_server_wrapper():
+    doc = parse_paths([LOGS / "vllm_engine_core_oom.log"])
+    assert doc["server"] == "vllm" and doc["server_version"] == "0.10.2"
+    assert doc["crash"]["exception"] == "torch.OutOfMemoryError"
+    assert doc["crash"]["rank"] == "Worker_TP0"
+    assert doc["server_args"]["tensor_parallel_size"] == 4
+    assert doc["backends"]["attention_backend"] == "FLASH_ATTN"
+    assert doc["backends"]["kv_cache_dtype"] == "fp8"
+
+
+def test_native_crashes_signals_and_exit_codes_are_crashes():
+    for text in (
+        "[2026-01-01 00:00:00] Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), a common cause is the OS OOM killer.",
+        "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):",
+        "[2026-01-01 00:00:00 TP0] Caught signal 8 (SIGFPE)",
+        "terminate called after throwing an instance of 'c10::Error'\n  what():  CUDA error: misaligned address",
+    ):
+        doc = parse_text(text)
+        assert doc["outcome"] == "crashed", text
+        assert doc["crash"]["line"] >= 1
+
+
+def test_a_clean_serving_log_is_serving_with_a_throughput_series():
+    doc = parse_paths([LOGS / "sglang_h100_serving.log"])
+    assert doc["crash"] is None and doc["outcome"] == "serving"
+    decode = [p for p in doc["metrics"]["points"] if p["kind"] == "decode"]
+    assert [p["gen_throughput"] for p in decode] == [512.33, 801.12, 1433.7, 1402.18]
+    assert decode[2]["queued"] == 2
+    names = {p["name"] for p in doc["phases"]}
+    assert {"weight_loading", "cuda_graph_capture", "serving"} <= names
+
+
+def test_a_gigantic_serving_log_is_downsampled_to_a_chartable_series(tmp_path):
+    line = "[2026-01-01 00:00:00 TP0] Decode batch, #running-req: 8, #token: 4400, token usage: 0.01, cuda graph: True, gen throughput (token/s): 512.33, #queue-req: 0, \n"
+    path = tmp_path / "serve.log"
+    with path.open("w") as handle:
+        for _ in range(60):
+            handle.write(line * 5000)
+    doc = parse_paths([path])
+    assert doc["metrics"]["total"] == 300000
+    assert 500 <= len(doc["metrics"]["points"]) <= 3000
+
+
+# ---- argument dumps and launch commands ---------------------------------------------------------------
+def test_a_hard_wrapped_args_dump_with_tricky_values_is_rejoined():
+    doc = parse_paths([LOGS / "sglang_hardwrapped_args.log"])
+    args = doc["server_args"]
+    assert args["enable_mixed_chunk"] is False and args["watchdog_timeout"] == 300
+    assert args["chat_template"] == "tool_use, 'quoted' (x)"
+    assert args["lora_paths"] == [{"name": "a", "path": "/x"}, {"name": "b", "path": "/y"}]
+    assert args["custom_sigquit_handler"].startswith("<function handler")
+    assert json.loads(args["json_model_override_args"])["rope_scaling"]["factor"] == 4.0
+    assert doc["backends"]["attention_backend"] == "flashinfer"  # dump said None; the rank line resolved it
+
+
+def test_a_dump_cut_short_keeps_the_fields_before_the_cut():
+    fields, complete = parse_server_args(
+        "ServerArgs(model_path='m', tp_size=8, moe_runner_backend='flashinfer_trtllm', attention_backend='tri"
+    )
+    assert not complete
+    assert fields == {"model_path": "m", "tp_size": 8, "moe_runner_backend": "flashinfer_trtllm"}
+
+
+def test_nested_dataclass_reprs_become_objects():
+    fields, complete = parse_server_args(
+        "ServerArgs(cuda_graph_config=CudaGraphConfig(decode=PhaseConfig(backend='full', max_bs=256, bs=[1, 2]), prefill=None), x=1)"
+    )
+    assert complete
+    assert fields["cuda_graph_config"]["decode"]["bs"] == [1, 2]
+    assert fields["cuda_graph_config"]["__type__"] == "CudaGraphConfig"
+
+
+def test_launch_commands_with_continuations_become_args():
+    args = parse_launch_command(
+        "python -m sglang.launch_server --model-path /m --tp 4 --enable-dp-attention --cuda-graph-bs 1 2 4 --mem-fraction-static=0.8"
+    )
+    assert args == {
+        "model_path": "/m",
+        "tp": 4,
+        "enable_dp_attention": True,
+        "cuda_graph_bs": [1, 2, 4],
+        "mem_fraction_static": 0.8,
+    }
+    assert parse_launch_command("vllm serve Qwen/Qwen3-8B --max-model-len 8192")["model"] == "Qwen/Qwen3-8B"
+
+
+# ---- GPU architecture -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "arch"),
+    [
+        ("GPU 0: NVIDIA GeForce RTX 5090\nGPU 0 Compute Capability: 12.0", "sm_120"),
+        ("GPU 0,1: NVIDIA B300 SXM6 AC", "sm_103"),
+        ("GPU models and configuration : GPU 0: NVIDIA H20", "sm_90"),
+        ("GPU 0: NVIDIA L40S", "sm_89"),
+        ("GPU 0: AMD Instinct MI300X\nGPU 0 Compute Capability: 9.4\nROCM available: True", "gfx942"),
+        ("RuntimeError: MoE kernel requires 10.x architecture. Current device has SM 120", "sm_120"),
+        (
+            "UserWarning: NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch installation.",
+            "sm_120",
+        ),
+        (
+            "RuntimeError: Error in function 'TllmGenFmhaRunner' at fmhaSm100Kernel.cu: Unsupported architecture",
+            "sm_100",
+        ),
+    ],
+)
+def test_gpu_arch_comes_from_capability_names_and_messages(text: str, arch: str):
+    assert parse_text(text)["gpu"]["arch"] == arch
+
+
+# ---- genuine output of the real sglang package --------------------------------------------------------
+GENUINE_DUMPS = sorted(
+    p for p in GENUINE.glob("server_args_*.txt") if p.with_name(p.stem + ".expected.json").exists()
+)
+
+
+@pytest.mark.parametrize("dump", GENUINE_DUMPS, ids=[p.stem for p in GENUINE_DUMPS])
+def test_real_server_args_reprs_parse_to_the_values_sglang_set(dump):
+    expected = json.loads(dump.with_name(dump.stem + ".expected.json").read_text())
+    doc = parse_paths([dump])
+    for key, value in expected.items():
+        assert doc["server_args"].get(key) == value, key
