@@ -77,7 +77,7 @@ def evaluate_directory(directory: str | Path) -> dict[str, Any]:
         "total": len(scored),
         "all_correct": sum(1 for c in cases if c["correct"]),
         "all_total": len(cases),
-        "false_alarms": sum(1 for c in clean if c["predicted"] != "none"),
+        "false_alarms": sum(1 for c in clean if not c["correct"]),
         "clean_logs": len(clean),
         "per_class": per_class,
         "confusion": {k: dict(v) for k, v in confusion.items()},

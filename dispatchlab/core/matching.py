@@ -387,11 +387,18 @@ def finish_match(doc: dict[str, Any], hits: dict[int, list[PatternHit]], kb: Kno
     matches = match_signatures(doc, hits, kb)
     failures = [m for m in matches if m["level"] == "failure"]
     inferred = infer_failure_class(doc)
+    source = "signature" if failures else "inferred"
     failure_class = failures[0]["failure_class"] if failures else inferred
+    if not failures and inferred == "other":
+        # Something failed and nothing explains it: a known warning in the same log is the best lead
+        # (warnings never make a clean log look failed: inferred would be "none" there).
+        warning = next((m for m in matches if m["level"] == "warning"), None)
+        if warning is not None:
+            failure_class, source = warning["failure_class"], "warning"
     out = dict(doc)
     out["matches"] = matches
     out["failure_class"] = failure_class
-    out["failure_class_source"] = "signature" if failures else "inferred"
+    out["failure_class_source"] = source
     out["fingerprint"] = fingerprint(doc, failure_class, failures[0]["id"] if failures else None)
     out["kb_digest"] = kb.digest
     return out
