@@ -169,6 +169,10 @@ def test_compare_the_crash_with_the_fixed_run(page, lab, alice, artifacts: Path)
     assert page.locator("#compare-args tr.differs").count() >= 1
     page.screenshot(path=str(artifacts / "compare.png"), full_page=True)
 
+    page.goto("/")
+    assert page.locator("table.reports tbody tr").count() == 2
+    page.screenshot(path=str(artifacts / "report-list.png"))
+
     page.goto("/groups/")
     assert page.locator("svg.sparkline").count() == 1
     page.screenshot(path=str(artifacts / "groups.png"))

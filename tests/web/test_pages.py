@@ -489,3 +489,15 @@ def test_an_uploaded_file_name_is_shown_as_text(client, cast):
     html = client.get(reverse("front:report_list")).content.decode()
     assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
     assert timezone.now()
+
+
+def test_backticks_in_knowledge_base_prose_become_code_and_nothing_else(client, cast):
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["matches"][0]["fix"]["summary"] = (
+        "Use `--moe-runner-backend flashinfer_cutlass` not `<b>x</b>` <i>y</i>"
+    )
+    report = cast.report(doc)
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[report.pk])).content.decode()
+    assert "<code>--moe-runner-backend flashinfer_cutlass</code>" in html
+    assert "<code>&lt;b&gt;x&lt;/b&gt;</code> &lt;i&gt;y&lt;/i&gt;" in html

@@ -5,7 +5,8 @@ from urllib.parse import urlencode
 
 from django import template
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString
 
 from dispatchlab.front.compare import show
 from dispatchlab.front.presenters import ORIGIN_HELP
@@ -93,3 +94,17 @@ def safe_url(value: Any) -> str:
 def shown(value: Any) -> str:
     """A JSON value as people read it: strings bare, null as a dash, the rest as JSON."""
     return show(value)
+
+
+@register.filter
+def ticks(value: Any) -> SafeString:
+    """Knowledge-base prose marks code with backticks: show those parts as <code>. Every part is
+    escaped; the only markup added is our own <code> tag."""
+    text = str(value or "")
+    parts = text.split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: show the text as it is
+        return conditional_escape(text)
+    out = SafeString()
+    for i, part in enumerate(parts):
+        out += format_html("<code>{}</code>", part) if i % 2 else conditional_escape(part)
+    return out
