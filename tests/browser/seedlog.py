@@ -109,7 +109,10 @@ def fixed_run_lines(decode_batches: int = 120) -> list[str]:
     """The same launch without speculative decoding and with an SM120 MoE runner: it serves, and the
     log carries SGLang's batch metrics."""
     lines = [
-        line.replace(" --speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4", "")
+        line.replace(
+            " --speculative-algorithm EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+            "",
+        )
         .replace(
             "speculative_algorithm='EAGLE', speculative_num_steps=3, speculative_eagle_topk=1, "
             "speculative_num_draft_tokens=4, speculative_moe_runner_backend='triton', ",
