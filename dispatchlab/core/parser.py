@@ -201,6 +201,7 @@ class _Run:
         self.last_time: str | None = None
         self.pending_chunk: bytes = b""
         self.dump_line: int | None = None
+        self.present_needles: list[bytes] = []
 
     # ---------------------------------------------------------------- chunk loop
     def feed_chunk(self, chunk: bytes) -> None:
@@ -230,9 +231,8 @@ class _Run:
             # the log is bigger than its stored size said (compressed, stdin): halve the resolution
             points = self.doc.metrics["points"] = points[::2]
             self.stride *= 2
-        self.metric_total += (
-            count(b"Decode batch") + count(b"Engine 000: Avg") + count(b"] Avg prompt throughput")
-        )
+        for needle in self.present_needles:
+            self.metric_total += count(needle)
 
     def _metric_samples(self, chunk: bytes) -> list[int]:
         """Start offsets of at most one batch-statistics line per `stride` bytes of log."""
@@ -242,6 +242,10 @@ class _Run:
         find = chunk.find
         needles = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
         upcoming = [find(n, position) for n in needles]  # next hit of each needle (-1: none left)
+        # only needles present in the chunk are worth a counting pass (decode / vLLM stats lines)
+        self.present_needles = [
+            n for n, p in zip(needles[:2], upcoming[:2], strict=True) if p >= 0 or find(n, 0, position + len(n)) >= 0
+        ]
         while True:
             live = [p for p in upcoming if p >= 0]
             if not live:

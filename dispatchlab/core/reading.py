@@ -226,17 +226,17 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
                 raise LogReadError(f"{source.name}: read failed ({error})") from None
             if not block:
                 break
-            data = carry + block
-            cut = data.rfind(b"\n") + 1
+            cut = block.rfind(b"\n") + 1
             if cut == 0:
-                if len(data) < MAX_LINE_BYTES:
-                    carry = data
-                    continue
-                carry = b""
-                yield _normalise(data + b"\n")
+                carry += block
+                if len(carry) >= MAX_LINE_BYTES:
+                    yield _normalise(carry + b"\n")
+                    carry = b""
                 continue
-            carry = data[cut:]
-            yield _normalise(data[:cut])
+            # one copy per chunk: the carried partial line, then the block up to its last newline
+            chunk = b"".join((carry, memoryview(block)[:cut])) if carry else block[:cut] if cut < len(block) else block
+            carry = block[cut:]
+            yield _normalise(chunk)
         if carry:
             yield _normalise(carry + b"\n")
 
