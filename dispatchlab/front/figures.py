@@ -250,7 +250,6 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
                 "marker": {"color": PHASE_COLORS.get(name, "#cccccc"), "line": {"width": 0}},
                 "opacity": 0.85,
                 "width": 0.55,
-                "legendgroup": "phases",
             }
         )
 

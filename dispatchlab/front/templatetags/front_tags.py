@@ -102,8 +102,8 @@ def ticks(value: Any) -> SafeString:
     escaped; the only markup added is our own <code> tag."""
     text = str(value or "")
     parts = text.split("`")
-    if len(parts) % 2 == 0:  # an unpaired backtick: show the text as it is
-        return conditional_escape(text)
+    if len(parts) % 2 == 0:  # the last backtick is unpaired (a cut text): keep it as text
+        parts = [*parts[:-2], parts[-2] + "`" + parts[-1]]
     out = SafeString()
     for i, part in enumerate(parts):
         out += format_html("<code>{}</code>", part) if i % 2 else conditional_escape(part)
