@@ -501,3 +501,34 @@ def test_backticks_in_knowledge_base_prose_become_code_and_nothing_else(client, 
     html = client.get(reverse("front:report", args=[report.pk])).content.decode()
     assert "<code>--moe-runner-backend flashinfer_cutlass</code>" in html
     assert "<code>&lt;b&gt;x&lt;/b&gt;</code> &lt;i&gt;y&lt;/i&gt;" in html
+
+
+MINIMAL_DOC = {
+    "server": "sglang",
+    "server_version": None,
+    "model": None,
+    "gpu": {"name": None, "arch": None, "count": None},
+    "server_args": {},
+    "backends": {"attention_backend": "fa3"},
+    "draft_backends": {},
+    "timeline": [
+        {"line": 3, "time": None, "rank": None, "kind": "error", "name": "exception", "detail": "boom"}
+    ],
+    "tracebacks": [],
+    "kernels": [],
+    "crash": {"line": 3, "phase": None, "exception": None, "message": "boom"},
+    "outcome": "crashed",
+    "matches": [],
+    "failure_class": "other",
+    "fingerprint": "abc",
+}
+
+
+def test_a_document_with_only_the_contract_fields_renders_everywhere(client, cast):
+    report = cast.report(MINIMAL_DOC, lines=["a", "b", "boom"])
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[report.pk])).content.decode()
+    assert "No known signature matched" in html or "no known signature matched" in html
+    assert client.get(reverse("front:log", args=[report.pk]) + "?line=3").status_code == 200
+    other = cast.report(CRASH_DOC)
+    assert client.get(reverse("front:compare"), {"a": report.pk, "b": other.pk}).status_code == 200
