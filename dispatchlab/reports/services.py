@@ -29,7 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ValidationError
+from django.core.exceptions import SuspiciousFileOperation, ValidationError
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -161,7 +161,7 @@ def _original_name(file: File, position: int) -> str:
     raw = PurePath(str(file.name or "").replace("\\", "/")).name
     try:
         name = get_valid_filename(raw)
-    except Exception:  # get_valid_filename raises SuspiciousFileOperation on "." and ".."
+    except SuspiciousFileOperation:  # "." and ".."
         name = ""
     return (name or f"upload-{position}.log")[-200:]
 
@@ -213,7 +213,7 @@ def report_submit(
     """Store an upload (one or several files making one report) and enqueue its analysis.
 
     Returns (report, created). The same bytes uploaded again to the same project, or the same CI
-    delivery id, return the existing report and store nothing.
+    delivery id, return the existing report and store nothing; a failed one is queued again.
     """
     if not files:
         raise UploadRejected("no file was uploaded")
