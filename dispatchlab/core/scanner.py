@@ -9,8 +9,10 @@ answer: the routine lines never match a rule (tests/core/test_scanner.py checks 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 try:  # optional accelerator: `pip install dispatchlab[fast]`
@@ -47,6 +49,27 @@ def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
     return pattern.encode("utf-8"), flags
 
 
+def _cache_path(entries: list[tuple[bytes, int, int]]) -> Path:
+    """Compiling the database takes about a second; the CLI reuses it from a cache file keyed by the patterns."""
+    base = os.environ.get("DISPATCHLAB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dispatchlab"
+    )
+    digest = hashlib.sha256(repr((getattr(_hs, "__version__", ""), entries)).encode()).hexdigest()[:24]
+    return Path(base) / f"hs-{digest}.db"
+
+
+def _store(path: Path, db: Any) -> None:
+    if _hs is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(_hs.dumpb(db))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home: compile every time
+
+
 def hyperscan_enabled() -> bool:
     return _hs is not None and not os.environ.get("DISPATCHLAB_NO_HYPERSCAN")
 
@@ -69,10 +92,18 @@ class Scanner:
         for index, pattern in enumerate(self.patterns):
             expression, extra = _to_hyperscan(pattern)
             entries.append((expression, index, base | extra))
+        cached = _cache_path(entries)
+        if cached.exists():
+            try:
+                self.db = _hs.loadb(cached.read_bytes())
+                return
+            except Exception:  # a stale or foreign cache file: rebuild it
+                pass
         try:
             self.db = self._build(entries)
+            _store(cached, self.db)
             return
-        except Exception:
+        except Exception:  # a pattern Hyperscan cannot take: find it below and keep it in Python
             pass
         accepted = []
         for entry in entries:
