@@ -244,7 +244,9 @@ class _Run:
         upcoming = [find(n, position) for n in needles]  # next hit of each needle (-1: none left)
         # only needles present in the chunk are worth a counting pass (decode / vLLM stats lines)
         self.present_needles = [
-            n for n, p in zip(needles[:2], upcoming[:2], strict=True) if p >= 0 or find(n, 0, position + len(n)) >= 0
+            n
+            for n, p in zip(needles[:2], upcoming[:2], strict=True)
+            if p >= 0 or find(n, 0, position + len(n)) >= 0
         ]
         while True:
             live = [p for p in upcoming if p >= 0]

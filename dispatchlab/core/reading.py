@@ -234,7 +234,13 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
                     carry = b""
                 continue
             # one copy per chunk: the carried partial line, then the block up to its last newline
-            chunk = b"".join((carry, memoryview(block)[:cut])) if carry else block[:cut] if cut < len(block) else block
+            chunk = (
+                b"".join((carry, memoryview(block)[:cut]))
+                if carry
+                else block[:cut]
+                if cut < len(block)
+                else block
+            )
             carry = block[cut:]
             yield _normalise(chunk)
         if carry:
