@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from dispatchlab.core import arch as archmod
+from dispatchlab.core.chunkscan import (
+    PARALLEL_MIN_BYTES,
+    ChunkScan,
+    parallel_workers,
+    scan_chunk,
+    scan_file_in_parallel,
+)
 from dispatchlab.core.document import Event, Frame, Origin, ParsedLog, PatternHit, Traceback
 from dispatchlab.core.lineformat import Line, split_line
-from dispatchlab.core.reading import MAX_PARSED_LINE_BYTES, Source, decode_line, iter_chunks
+from dispatchlab.core.reading import Source, decode_line, iter_chunks
 from dispatchlab.core.rules import RULES
 from dispatchlab.core.scanner import Scanner
 from dispatchlab.core.serverargs import (
@@ -140,17 +147,31 @@ class LogParser:
             total = None
         run.stride = max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET)
         done = 0
+        workers = parallel_workers()
         for source in sources:
             first = run.line_base + 1
-            for chunk in iter_chunks(source):
-                run.feed_chunk(chunk)
+            if source.path is not None and (source.stored_bytes or 0) >= PARALLEL_MIN_BYTES and workers > 1:
+                scans: Iterable[ChunkScan] = scan_file_in_parallel(
+                    self.scanner, source.path, source.stored_bytes or 0, run.stride, workers
+                )
+            else:
+                scans = run.scan_source(source)
+            for scan in scans:
+                run.feed_scan(scan)
                 if progress is not None:
-                    done = min(done + len(chunk), total) if total else done + len(chunk)
+                    done = min(done + scan.size, total) if total else done + scan.size
                     progress(done, total)
             run.doc.sources.append(
                 {"name": source.name, "first_line": first, "line_count": run.line_base - first + 1}
             )
         return run.finish()
+
+
+@lru_cache(maxsize=16)
+def _parse_dump_cached(text: str) -> tuple[dict[str, Any], bool]:
+    # a server that restarts prints the same 15 KB dump again: parse it once
+    fields, complete = parse_server_args(text)
+    return fields, complete
 
 
 @lru_cache(maxsize=8)
@@ -199,80 +220,39 @@ class _Run:
         self.vllm_args: dict[str, Any] = {}
         self.launch_args: dict[str, Any] = {}
         self.last_time: str | None = None
-        self.pending_chunk: bytes = b""
         self.dump_line: int | None = None
-        self.present_needles: list[bytes] = []
 
     # ---------------------------------------------------------------- chunk loop
-    def feed_chunk(self, chunk: bytes) -> None:
-        candidates = self.p.scanner.candidates(chunk)
-        offsets = sorted(candidates)
-        samples = self._metric_samples(chunk)
-        line_no = self.line_base
-        cursor = 0
+    def scan_source(self, source: Source) -> Iterator[ChunkScan]:
+        for chunk in iter_chunks(source):
+            scan = scan_chunk(self.p.scanner, chunk, self.stride, self.next_sample)
+            self.next_sample = scan.next_sample
+            yield scan
+
+    def feed_scan(self, scan: ChunkScan) -> None:
+        base = self.line_base
+        samples = scan.samples
         si = 0
-        count = chunk.count
-        for start in offsets:
-            while si < len(samples) and samples[si] < start:
-                line_no += count(b"\n", cursor, samples[si])
-                cursor = samples[si]
-                self._metric_line(chunk, samples[si], line_no + 1)
+        for hit in scan.hits:
+            while si < len(samples) and samples[si][0] < hit.index:
+                self._metric_line(samples[si][1], base + samples[si][0] + 1)
                 si += 1
-            line_no += count(b"\n", cursor, start)
-            cursor = start
-            self._line(chunk, start, line_no + 1, candidates[start])
-        for sample in samples[si:]:
-            line_no += count(b"\n", cursor, sample)
-            cursor = sample
-            self._metric_line(chunk, sample, line_no + 1)
-        self.line_base += count(b"\n")
+            self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+        for index, raw in samples[si:]:
+            self._metric_line(raw, base + index + 1)
+        self.line_base += scan.lines
+        self.metric_total += scan.metric_lines
         points = self.doc.metrics["points"]
         while len(points) > 2 * METRIC_POINTS_TARGET:
             # the log is bigger than its stored size said (compressed, stdin): halve the resolution
             points = self.doc.metrics["points"] = points[::2]
             self.stride *= 2
-        for needle in self.present_needles:
-            self.metric_total += count(needle)
-
-    def _metric_samples(self, chunk: bytes) -> list[int]:
-        """Start offsets of at most one batch-statistics line per `stride` bytes of log."""
-        out: list[int] = []
-        position = max(0, self.next_sample)
-        size = len(chunk)
-        find = chunk.find
-        needles = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
-        upcoming = [find(n, position) for n in needles]  # next hit of each needle (-1: none left)
-        # only needles present in the chunk are worth a counting pass (decode / vLLM stats lines)
-        self.present_needles = [
-            n
-            for n, p in zip(needles[:2], upcoming[:2], strict=True)
-            if p >= 0 or find(n, 0, position + len(n)) >= 0
-        ]
-        while True:
-            live = [p for p in upcoming if p >= 0]
-            if not live:
-                break
-            hit = min(live)
-            start = chunk.rfind(b"\n", 0, hit) + 1
-            out.append(start)
-            position = max(hit + 1, start + self.stride)
-            if position >= size:
-                break
-            upcoming = [
-                find(n, position) if 0 <= p < position else p for n, p in zip(needles, upcoming, strict=True)
-            ]
-        self.next_sample = position - size if out else 0
-        return out
 
     # ---------------------------------------------------------------- one line
-    def _raw_line(self, chunk: bytes, start: int) -> str:
-        end = chunk.find(b"\n", start)
-        end = end if end >= 0 else len(chunk)
-        return decode_line(chunk[start : min(end, start + MAX_PARSED_LINE_BYTES)])
-
-    def _line(self, chunk: bytes, start: int, number: int, rule_ids: set[int] | None) -> None:
-        raw = self._raw_line(chunk, start)
-        line = split_line(number, raw, self.year)
+    def _line(
+        self, raw_bytes: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes
+    ) -> None:
+        line = split_line(number, decode_line(raw_bytes), self.year)
         if line.time:
             if line.style == "sglang" and self.year is None:
                 self.year = line.time[:4]
@@ -288,7 +268,7 @@ class _Run:
         msg = line.msg
         compiled = self.p.compiled
         base = self.p.extra_base
-        ids = range(len(compiled)) if rule_ids is None else sorted(rule_ids)
+        ids = range(len(compiled)) if rule_ids is None else rule_ids
         matched: dict[str, re.Match[str]] = {}
         for rule in ids:
             m = compiled[rule].search(msg)
@@ -299,7 +279,7 @@ class _Run:
             else:
                 matched[self.p.rule_names[rule]] = m
         if matched:
-            self._handle(line, matched, chunk, start)
+            self._handle(line, matched, following)
 
     def _pattern_hit(self, index: int, line: Line, m: re.Match[str]) -> None:
         if (
@@ -338,11 +318,11 @@ class _Run:
             state.phase = phase
             state.model = model
 
-    def _handle(self, line: Line, m: dict[str, re.Match[str]], chunk: bytes, start: int) -> None:
+    def _handle(self, line: Line, m: dict[str, re.Match[str]], following: bytes) -> None:
         msg = line.msg
         # ---- arguments ----
         if "args_dump" in m:
-            self._args_dump(line, chunk, start)
+            self._args_dump(line, following)
             return
         if "vllm_non_default" in m:
             self.server_votes["vllm"] += 5
@@ -360,7 +340,7 @@ class _Run:
             self._event(line, "backend", "engine_config", f"vLLM {version} engine config")
             return
         if "launch" in m:
-            self._launch(line, chunk, start)
+            self._launch(line, following)
         if "vllm_version" in m:
             g = m["vllm_version"]
             self._version("vllm", g.group("version") or g.group("version2"))
@@ -386,33 +366,22 @@ class _Run:
             if not self.doc.versions.get(key):
                 self.doc.versions[key] = value
 
-    def _args_dump(self, line: Line, chunk: bytes, start: int) -> None:
+    def _args_dump(self, line: Line, following: bytes) -> None:
         text = line.msg
-        fields, complete = parse_server_args(text)
-        if not complete:
+        fields, complete = _parse_dump_cached(text)
+        if not complete and following:
             # hard-wrapped dump (pasted into an issue): re-join following lines until the parentheses balance
-            position = chunk.find(b"\n", start) + 1
             joined = text
-            for _ in range(400):
-                if position <= 0 or position >= len(chunk):
-                    break
-                end = chunk.find(b"\n", position)
-                piece = decode_line(chunk[position : end if end >= 0 else len(chunk)])
+            for raw in following.split(b"\n")[:400]:
+                piece = decode_line(raw)
                 if piece.startswith("[") and re.match(r"^\[\d{4}-\d\d-\d\d ", piece):
                     break
                 joined += piece
-                position = end + 1
-                fields2, complete = parse_server_args(joined)
+                longer, complete = parse_server_args(joined)
+                if complete or len(longer) > len(fields):
+                    fields = longer
                 if complete:
-                    fields = fields2
                     break
-            else:
-                fields2, _ = parse_server_args(joined)
-                fields = fields2 if len(fields2) > len(fields) else fields
-            if not complete:
-                fields2, _ = parse_server_args(joined)
-                if len(fields2) > len(fields):
-                    fields = fields2
         self.server_votes["sglang"] += 10
         self.doc.server_args.update(fields)
         self.doc.server_args_complete = complete
@@ -424,21 +393,19 @@ class _Run:
             f"ServerArgs dump, {len(fields)} fields" + ("" if complete else " (cut short)"),
         )
 
-    def _launch(self, line: Line, chunk: bytes, start: int) -> None:
+    def _launch(self, line: Line, following: bytes) -> None:
         text = line.msg.strip()
         m = re.search(r"(\S*python[\d.]*\s+-m\s+\S+|sglang\s+serve|vllm\s+serve)", text)
         if not m:
             return
         command = text[m.start() :]
-        position = chunk.find(b"\n", start) + 1
-        lines_joined = 0
-        while command.rstrip().endswith("\\") and 0 < position < len(chunk) and lines_joined < 200:
-            end = chunk.find(b"\n", position)
-            piece = decode_line(chunk[position : end if end >= 0 else len(chunk)]).strip()
-            piece = re.sub(r"^>\s*", "", piece)
+        pieces = iter(following.split(b"\n")[:200])
+        while command.rstrip().endswith("\\"):
+            raw = next(pieces, None)
+            if raw is None:
+                break
+            piece = re.sub(r"^>\s*", "", decode_line(raw).strip())
             command = command.rstrip()[:-1] + " " + piece
-            position = end + 1
-            lines_joined += 1
         if self.doc.launch_command and len(self.doc.launch_command) >= len(command):
             return
         self.doc.launch_command = command[:20000]
@@ -912,9 +879,8 @@ class _Run:
             self._event(line, "warning", "warning", line.msg[:300])
 
     # ---------------------------------------------------------------- metrics
-    def _metric_line(self, chunk: bytes, start: int, number: int) -> None:
-        raw = self._raw_line(chunk, start)
-        line = split_line(number, raw, self.year)
+    def _metric_line(self, raw: bytes, number: int) -> None:
+        line = split_line(number, decode_line(raw), self.year)
         msg = line.msg
         point: dict[str, Any] = {"line": number, "time": line.time, "rank": line.rank}
         if msg.startswith("Decode batch"):

@@ -44,6 +44,7 @@ class Source:
     name: str
     opener: Callable[[], BinaryIO]
     stored_bytes: int | None  # size on disk, for progress; None when unknown
+    path: Path | None = None  # set for a plain uncompressed file, which can be read in segments
 
 
 def _magic(head: bytes) -> str:
@@ -179,7 +180,7 @@ def _file_sources(raw: str | Path) -> list[Source]:
             _check_text(stream.read(SNIFF_BYTES), display)
         return [Source(display, gz_opener, size)]
     _check_text(head, display)
-    return [Source(display, lambda: path.open("rb"), size)]
+    return [Source(display, lambda: path.open("rb"), size, path)]
 
 
 def _stdin_source() -> list[Source]:
@@ -230,7 +231,7 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
             if cut == 0:
                 carry += block
                 if len(carry) >= MAX_LINE_BYTES:
-                    yield _normalise(carry + b"\n")
+                    yield normalise_chunk(carry + b"\n")
                     carry = b""
                 continue
             # one copy per chunk: the carried partial line, then the block up to its last newline
@@ -242,12 +243,12 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
                 else block
             )
             carry = block[cut:]
-            yield _normalise(chunk)
+            yield normalise_chunk(chunk)
         if carry:
-            yield _normalise(carry + b"\n")
+            yield normalise_chunk(carry + b"\n")
 
 
-def _normalise(chunk: bytes) -> bytes:
+def normalise_chunk(chunk: bytes) -> bytes:
     if b"\x1b" in chunk:
         chunk = ANSI_RE.sub(b"", chunk)
     if b"\r" in chunk:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 RULES: dict[str, str] = {
     # ---- arguments and launch ----
-    "args_dump": r"server_args=ServerArgs\(|^ServerArgs\(",
+    "args_dump": r"server_args=ServerArgs\(|server_args=\{|^ServerArgs\(",
     "vllm_non_default": r"non-default args: \{",
     "vllm_engine_config": r"Initializing a V\d LLM engine \(v(?P<version>[^)]+)\) with config: |LLM engine \(v(?P<version2>[^)]+)\) with config:",
     "vllm_version": r"vLLM (?:API )?server version (?P<version>[\w.+-]+)|^vLLM Version\s*: (?P<version2>[\w.+-]+)",

@@ -124,7 +124,8 @@ def parse_server_args(text: str) -> tuple[dict[str, Any], bool]:
     every whole field before the cut."""
     i = text.find("ServerArgs(")
     if i < 0:
-        return {}, False
+        j = text.find("server_args={")
+        return _parse_dict_dump(text[j + len("server_args=") :]) if j >= 0 else ({}, False)
     flat = text[i + len("ServerArgs(") :]
     end = _matching_paren(flat, 0)
     if end >= 0:
@@ -136,6 +137,26 @@ def parse_server_args(text: str) -> tuple[dict[str, Any], bool]:
         if isinstance(fields[last], str) and not flat.rstrip().endswith(("'", '"')):
             fields.pop(last)
     return fields, False
+
+
+def _parse_dict_dump(text: str) -> tuple[dict[str, Any], bool]:
+    """Newer SGLang prints `server_args={'model_path': ..., ...}` (a dict, not the dataclass repr)."""
+    end = _matching_paren(text[1:], 0)
+    if end >= 0:
+        try:
+            value = ast.literal_eval(text[: end + 2])
+            if isinstance(value, dict):
+                return _json_safe(value), True
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            pass
+    body = text[1 : end + 1] if end >= 0 else text[1:]
+    fields: dict[str, Any] = {}
+    for part in split_top_level(body):
+        key, sep, value = part.partition(":")
+        key = key.strip().strip("'\"")
+        if sep and _IDENT.match(key):
+            fields[key] = parse_value(value)
+    return fields, end >= 0
 
 
 def args_dump_is_open(text: str) -> bool:

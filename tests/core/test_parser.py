@@ -265,3 +265,33 @@ def test_real_server_args_reprs_parse_to_the_values_sglang_set(dump):
     doc = parse_paths([dump])
     for key, value in expected.items():
         assert doc["server_args"].get(key) == value, key
+
+
+def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, monkeypatch):
+    from dispatchlab.core import chunkscan
+
+    monkeypatch.setattr(chunkscan, "SEGMENT_BYTES", 4 * 1024 * 1024)
+    monkeypatch.setattr(chunkscan, "PARALLEL_MIN_BYTES", 1024 * 1024)
+    serving = (LOGS / "sglang_h100_serving.log").read_bytes()
+    path = tmp_path / "big.log"
+    with path.open("wb") as handle:
+        handle.write(serving * 2500)
+        handle.write((LOGS / "sglang_dsv4_eagle_sm120.log").read_bytes())
+    monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", "1")
+    one = parse_paths([path])
+    monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", "2")
+    two = parse_paths([path])
+    for key in (
+        "crash",
+        "tracebacks",
+        "backends",
+        "draft_backends",
+        "gpu",
+        "kernels",
+        "line_count",
+        "outcome",
+        "timeline",
+    ):
+        assert one[key] == two[key], key
+    assert one["metrics"]["total"] == two["metrics"]["total"] == 4 * 2500
+    assert one["crash"]["line"] == 35 * 2500 + 63
