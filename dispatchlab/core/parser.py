@@ -73,6 +73,7 @@ VLLM_OLD_ATTENTION = {
     "XFormers": "XFORMERS",
     "Torch SDPA": "TORCH_SDPA",
 }
+STOP_EXIT_CODES = {"-15", "-2", "143", "130"}
 WRAPPER_EXCEPTIONS = re.compile(
     r"Engine core initialization failed|EngineDeadError|EngineCore encountered an issue|"
     r"Initialization failed\.|scheduler died during initialization|Worker failed with error|"
@@ -221,6 +222,7 @@ class _Run:
         self.launch_args: dict[str, Any] = {}
         self.last_time: str | None = None
         self.dump_line: int | None = None
+        self.stop_requested = False
 
     # ---------------------------------------------------------------- chunk loop
     def scan_source(self, source: Source) -> Iterator[ChunkScan]:
@@ -740,6 +742,10 @@ class _Run:
                 open_tb.finished = True
             # else: the same exception printed again (Python 3.11 notes, logger.exception): keep the first
             return
+        if "stop_request" in m:
+            self.stop_requested = True
+            self._milestone(line, "stop_requested", msg[:300])
+            return
         # error lines outside tracebacks
         kind = None
         for name in (
@@ -770,10 +776,13 @@ class _Run:
             kind = "exception"
         if kind is None:
             return
-        if kind == "exit_code":
-            code = m["exit_code"].group("code") or m["exit_code"].group("code2")
+        if kind in ("exit_code", "subproc_crash"):
+            g = m[kind]
+            code = g.group("code") or (g.group("code2") if kind == "exit_code" else None)
             if code in ("0", None):
                 return
+            if code in STOP_EXIT_CODES and self.stop_requested:
+                return  # the operator stopped the server (SIGTERM / Ctrl-C): children exit with the signal
         if kind == "signal" and not re.search(
             r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b", msg
         ):
@@ -952,6 +961,8 @@ class _Run:
                 best = "tensorrt_llm"
             else:
                 best = ""
+        if not best:
+            best = "sglang" if doc.versions.get("sglang") else "vllm" if doc.versions.get("vllm") else ""
         doc.engine = best or None
         doc.server = best if best in ("sglang", "vllm") else "unknown"
         if doc.server in ("sglang", "vllm"):

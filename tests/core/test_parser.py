@@ -295,3 +295,29 @@ def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, mo
         assert one[key] == two[key], key
     assert one["metrics"]["total"] == two["metrics"]["total"] == 4 * 2500
     assert one["crash"]["line"] == 35 * 2500 + 63
+
+
+def test_genuine_sglang_launch_that_dies_on_a_missing_module_is_a_dependency_error():
+    from dispatchlab.core import analyze_paths
+
+    doc = analyze_paths([GENUINE / "launch_server_cpu.log"])
+    assert doc["server"] == "sglang" and doc["outcome"] == "crashed"
+    assert doc["crash"]["exception"] == "ModuleNotFoundError"
+    assert doc["failure_class"] == "dependency_error"
+    assert (
+        doc["backends"]["attention_backend"] == "torch_native"
+    )  # from the real resolved server_args={...} dict
+
+
+def test_genuine_sglang_that_was_stopped_with_sigterm_did_not_crash():
+    from dispatchlab.core import analyze_paths
+
+    doc = analyze_paths([GENUINE / "launch_server_cpu_vllm_nodeps_ready.log"])
+    assert doc["crash"] is None and doc["outcome"] in ("ready", "serving")
+    assert doc["failure_class"] == "none"
+
+
+def test_genuine_check_env_gives_the_versions_and_the_server():
+    doc = parse_paths([GENUINE / "check_env.txt"])
+    assert doc["server"] == "sglang" and doc["server_version"] == doc["versions"]["sglang"]
+    assert doc["versions"]["torch"].startswith("2.13.0")
