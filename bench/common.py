@@ -28,21 +28,19 @@ def ensure_log(size: int, seed: int = 1) -> Path:
     return path
 
 
-def run_measured(
-    command: list[str], *, stdout_to: str | None = os.devnull, env: dict[str, str] | None = None
-) -> tuple[float, float]:
-    """Run a command; return (wall seconds, peak RSS MB of the child)."""
-    with open(stdout_to or os.devnull, "wb") as sink:
+def run_measured(command: list[str], *, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Run a command; return (wall seconds, peak RSS MB of the command). /usr/bin/time reports the peak
+    of the exec'd command itself (a forked child's own rusage would count the parent's pages too)."""
+    with open(os.devnull, "wb") as sink:
         start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.PIPE, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        elapsed = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode not in (0, 1):  # grep -c exits 1 when nothing matched
-        raise SystemExit(
-            f"{command[0]} failed ({process.returncode}): {process.stderr.read().decode()[-500:] if process.stderr else ''}"
+        result = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", *command], stdout=sink, stderr=subprocess.PIPE, env=env
         )
-    return elapsed, usage.ru_maxrss / 1024
+        elapsed = time.perf_counter() - start
+    if result.returncode not in (0, 1):  # grep -c exits 1 when nothing matched
+        raise SystemExit(f"{command[0]} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    peak_kb = int(result.stderr.decode().strip().splitlines()[-1])
+    return elapsed, peak_kb / 1024
 
 
 def median_run(command: list[str], runs: int, **kwargs) -> tuple[float, float]:
