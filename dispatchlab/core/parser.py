@@ -17,6 +17,7 @@ from dispatchlab.core.chunkscan import (
     scan_file_in_parallel,
 )
 from dispatchlab.core.document import Event, Frame, Origin, ParsedLog, PatternHit, Traceback
+from dispatchlab.core.flags import defaults_by_field
 from dispatchlab.core.lineformat import Line, split_line
 from dispatchlab.core.reading import Source, decode_line, iter_chunks
 from dispatchlab.core.rules import RULES
@@ -1018,11 +1019,16 @@ class _Run:
         args = doc.server_args
         launch = {canonical_sglang_flag(k) if doc.server == "sglang" else k for k in self.launch_args}
         fields = SGLANG_BACKEND_FIELDS if doc.server != "vllm" else VLLM_BACKEND_FIELDS
+        defaults = (
+            defaults_by_field(doc.server, doc.server_version) if doc.server in ("sglang", "vllm") else {}
+        )
         for key, field_name in fields.items():
             value = args.get(field_name)
             if value is None or isinstance(value, (dict, list)):
                 continue
             source = "flag" if field_name in launch else "args"
+            if source == "args" and field_name in defaults and defaults[field_name] == value:
+                source = "default"  # the catalog of this release says nobody had to set it
             doc.backend_origins[key] = Origin(str(value), source, self.dump_line, None)
         # messages: a concrete announcement refines `auto`/None or confirms the dump
         for key, origin, model in self.messages:

@@ -321,3 +321,12 @@ def test_genuine_check_env_gives_the_versions_and_the_server():
     doc = parse_paths([GENUINE / "check_env.txt"])
     assert doc["server"] == "sglang" and doc["server_version"] == doc["versions"]["sglang"]
     assert doc["versions"]["torch"].startswith("2.13.0")
+
+
+def test_the_flag_catalog_tells_defaults_from_settings_someone_made():
+    doc = parse_paths([LOGS / "sglang_h100_serving.log"])
+    origins = doc["backend_origins"]
+    assert origins["moe_runner_backend"]["source"] == "default"  # 'auto' is the release's default
+    assert origins["attention_backend"]["source"] == "args"  # fa3: resolved or set, not the default None
+    canonical = parse_paths([LOGS / "sglang_dsv4_eagle_sm120.log"])
+    assert canonical["backend_origins"]["moe_runner_backend"]["source"] == "flag"  # on the launch command

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.signatures import Signature, SignatureError, load_signature, signature_files
-from dispatchlab.core.versions import SpecifierSet
+from dispatchlab.core.versions import SpecifierSet, Version
 
 CATALOG_DIR = Path(__file__).resolve().parent.parent / "data"
 
@@ -67,40 +67,39 @@ def _longest_literal(pattern: str) -> int:
 
 
 def _versions_for(signature: Signature, server: str, versions: dict[str, Any]) -> list[str]:
+    """The catalog versions the signature applies to, newest first."""
     spec = signature.conditions.get("versions", {}).get(server)
-    if not spec:
-        return list(versions)
-    chosen = [v for v in versions if SpecifierSet(spec).contains(v)]
-    return chosen or list(versions)
+    chosen = [v for v in versions if not spec or SpecifierSet(spec).contains(v)] or list(versions)
+    return sorted(chosen, key=Version, reverse=True)
 
 
 def check_fix_flags(signature: Signature) -> list[str]:
+    """Each fix flag must be a real flag of a server the signature applies to, and its value a valid
+    choice in the newest release (within the signature's version range) that has the flag."""
     problems: list[str] = []
     catalogs = flag_catalogs()
-    if not catalogs:
-        return problems
-    servers = signature.conditions.get("server_in") or list(catalogs)
+    servers = signature.conditions.get("server_in") or ["sglang", "vllm"]
     for flag, value in signature.fix_args.items():
-        known_anywhere = False
+        known = False
         for server in servers:
             versions = catalogs.get(server)
             if not versions:
-                known_anywhere = True  # no catalog for this server: nothing to check against
+                known = True  # no catalog for this server yet: nothing to check against
                 continue
-            for version in _versions_for(signature, server, versions):
-                spec = versions[version].get(flag)
-                if spec is None:
-                    continue
-                known_anywhere = True
-                choices = spec.get("choices")
-                valued = value not in (True, False) and not isinstance(value, (int, float))
-                if choices and valued and str(value) not in [str(c) for c in choices]:
-                    problems.append(
-                        f"{signature.path}: fix.args.{flag}: {value!r} is not a valid choice in {server} {version} "
-                        f"({', '.join(map(str, choices[:12]))})"
-                    )
-                break
-        if not known_anywhere:
+            newest = next(
+                (v for v in _versions_for(signature, server, versions) if flag in versions[v]), None
+            )
+            if newest is None:
+                continue
+            known = True
+            choices = versions[newest][flag].get("choices")
+            valued = value not in (True, False) and not isinstance(value, (int, float))
+            if choices and valued and str(value) not in [str(c) for c in choices]:
+                problems.append(
+                    f"{signature.path}: fix.args.{flag}: {value!r} is not a valid choice in {server} {newest} "
+                    f"({', '.join(map(str, choices[:12]))})"
+                )
+        if not known:
             problems.append(
                 f"{signature.path}: fix.args.{flag}: not a flag of {' or '.join(servers)} in the catalog"
             )
