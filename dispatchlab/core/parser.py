@@ -748,7 +748,7 @@ class _Run:
             self._milestone(line, "stop_requested", msg[:300])
             return
         # error lines outside tracebacks
-        kind = None
+        kind: str | None = None
         for name in (
             "cg_failed",
             "cuda_error",
@@ -1123,9 +1123,9 @@ class _Run:
         # first rank to fail: the earliest exception; error lines only when no traceback explains the failure
         chosen = with_exc[0] if with_exc else (real[0] if real else candidates[0])
         line, rank, exception, message, frames, ranks = chosen
-        tb = next((t for t in doc.tracebacks if t.line == line), None)
-        if tb is not None and tb.chain:
-            root = tb.chain[0]
+        crash_tb = next((t for t in doc.tracebacks if t.line == line), None)
+        if crash_tb is not None and crash_tb.chain:
+            root = crash_tb.chain[0]
             exception, message = root["exception"], root["message"] or message
         inner = re.search(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (.*)", message)
         phase, model = self._phase_at(line, rank, frames)
@@ -1137,7 +1137,7 @@ class _Run:
             key=_rank_sort_key,
         )
         doc.crash = {
-            "line": line if not tb else tb.line,
+            "line": line if crash_tb is None else crash_tb.line,
             "phase": phase,
             "exception": exception or None,
             "message": (message or "")[:MAX_MSG],

@@ -90,7 +90,7 @@ class _BombGuard(io.RawIOBase):
 
 
 def _guarded(inner: BinaryIO, name: str, stored_bytes: int | None) -> BinaryIO:
-    return io.BufferedReader(_BombGuard(inner, name, stored_bytes), buffer_size=1024 * 1024)  # type: ignore[return-value]
+    return io.BufferedReader(_BombGuard(inner, name, stored_bytes), buffer_size=1024 * 1024)
 
 
 def _check_text(head: bytes, name: str) -> None:
@@ -184,9 +184,9 @@ def _file_sources(raw: str | Path) -> list[Source]:
 
 
 def _stdin_source() -> list[Source]:
-    buffered = io.BufferedReader(sys.stdin.buffer, buffer_size=1024 * 1024)  # type: ignore[arg-type]
+    buffered = io.BufferedReader(sys.stdin.buffer.raw, buffer_size=1024 * 1024)  # type: ignore[union-attr]
     head = buffered.peek(SNIFF_BYTES)[:SNIFF_BYTES]
-    stream: BinaryIO = buffered  # type: ignore[assignment]
+    stream: BinaryIO = buffered
     if _magic(head) == "gzip":
         stream = _guarded(gzip.GzipFile(fileobj=buffered), "<stdin>", None)  # type: ignore[arg-type]
         head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]

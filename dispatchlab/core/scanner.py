@@ -18,7 +18,7 @@ from typing import Any
 try:  # optional accelerator: `pip install dispatchlab[fast]`
     import hyperscan as _hs
 except ImportError:  # pragma: no cover - exercised by DISPATCHLAB_NO_HYPERSCAN in tests
-    _hs = None
+    _hs = None  # type: ignore[assignment]
 
 import os
 
@@ -95,7 +95,9 @@ class Scanner:
         cached = _cache_path(entries)
         if cached.exists():
             try:
-                self.db = _hs.loadb(cached.read_bytes())
+                db = _hs.loadb(cached.read_bytes(), _hs.HS_MODE_BLOCK)
+                db.scratch = _hs.Scratch(db)  # a loaded database has no scratch space of its own
+                self.db = db
                 return
             except Exception:  # a stale or foreign cache file: rebuild it
                 pass
