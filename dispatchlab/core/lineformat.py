@@ -39,10 +39,14 @@ _PY_LOGGING = re.compile(
 _PLAIN_LEVEL_TS = re.compile(
     r"^(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})\S*\s+"
 )
+_GLOG = re.compile(
+    r"^\[?(?P<lvl>[EWIF])(?P<mo>\d{2})(?P<dd>\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})\.\d+ +(?:\d+ )?[\w./-]+:\d+\]\s?"
+)
+_NCCL = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL )")
 _RANK_TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
 _VLLM_TAGS = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
 
-LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "WARN": "WARNING"}
+LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "F": "CRITICAL", "WARN": "WARNING"}
 
 
 @dataclass(slots=True)
@@ -146,6 +150,13 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
             "trtllm",
             True,
         )
+    m = _GLOG.match(text)
+    if m:  # PyTorch C++ (glog) lines: [E814 11:45:02.123456 ProcessGroupNCCL.cpp:632]
+        ts = f"{year_hint or '0000'}-{m.group('mo')}-{m.group('dd')}T{m.group('hms')}"
+        return Line(number, raw, text[m.end() :], ts, rank, LEVELS.get(m.group("lvl"), "INFO"), "plain", True)
+    m = _NCCL.match(text)
+    if m:  # NCCL_DEBUG lines: host:pid:tid [cuda device] NCCL ...
+        return Line(number, raw, text[m.end() :], None, rank or f"dev{m.group('dev')}", None, "plain", True)
     m = _PY_LOGGING.match(text) or _PLAIN_LEVEL_TS.match(text)
     if m:
         return Line(

@@ -115,6 +115,16 @@ def test_canonical_summary_is_readable_in_ten_seconds():
             "Failed to initialize executor",
         ),
         ("(SGLangEngine pid=35555, ip=10.1.2.3) [2026-01-01 00:00:00 TP1] x", "TP1", "x"),
+        (
+            "[rank1]:[E0814 11:45:02.123456 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught",
+            "rank1",
+            "[Rank 1] Watchdog caught",
+        ),
+        (
+            "h100-15:139:1092 [7] NCCL WARN socketStartConnect: Connect failed",
+            "dev7",
+            "NCCL WARN socketStartConnect: Connect failed",
+        ),
     ],
 )
 def test_prefixes_are_stripped_and_the_rank_kept(raw: str, rank: str | None, msg: str):
