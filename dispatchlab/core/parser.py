@@ -946,8 +946,10 @@ class _Run:
 
         for event in self.doc.timeline:
             event.time = fix(event.time)
-        for point in self.doc.metrics["points"]:
-            point["time"] = fix(point["time"])
+        for item in [*self.doc.metrics["points"], *self.doc.errors]:
+            item["time"] = fix(item["time"])
+        for phase in self.doc.phases:
+            phase["start"], phase["end"] = fix(phase["start"]), fix(phase["end"])
 
     def _server(self) -> None:
         doc = self.doc
