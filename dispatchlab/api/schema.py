@@ -4,22 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
+
 STATUS = {"type": "string", "enum": ["queued", "parsing", "done", "failed"]}
-FAILURE_CLASSES = [
-    "arch_unsupported_kernel",
-    "cuda_error",
-    "cuda_graph_capture_failure",
-    "oom",
-    "nccl_error",
-    "garbage_output",
-    "dependency_error",
-    "compile_error",
-    "weight_loading_error",
-    "config_error",
-    "timeout_hang",
-    "none",
-    "other",
-]
+FAILURE_CLASSES = list(TAXONOMY)
 
 
 def _ref(name: str) -> dict[str, str]:

@@ -10,23 +10,10 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
 from dispatchlab.reports.models import FailureGroup, Report
 
-FAILURE_CLASSES = [
-    "arch_unsupported_kernel",
-    "cuda_error",
-    "cuda_graph_capture_failure",
-    "oom",
-    "nccl_error",
-    "garbage_output",
-    "dependency_error",
-    "compile_error",
-    "weight_loading_error",
-    "config_error",
-    "timeout_hang",
-    "none",
-    "other",
-]
+FAILURE_CLASSES = list(TAXONOMY)
 BACKEND_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,80}$")
 
 
