@@ -34,11 +34,12 @@ def _print_json(document: dict[str, Any]) -> None:
     sys.stdout.write("\n")
 
 
-def cmd_parse(args: argparse.Namespace) -> int:
-    from dispatchlab.core.api import parse_paths
+def _document_command(args: argparse.Namespace, *, matched: bool) -> int:
+    from dispatchlab.core.api import analyze_paths, parse_paths
     from dispatchlab.core.summary import render_summary
 
-    document = parse_paths(args.paths, progress=_progress_to_stderr(args.progress))
+    run = analyze_paths if matched else parse_paths
+    document = run(args.paths, progress=_progress_to_stderr(args.progress))
     if args.progress:
         print(file=sys.stderr)
     if args.json:
@@ -46,20 +47,14 @@ def cmd_parse(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_summary(document))
     return 0
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    return _document_command(args, matched=False)
 
 
 def cmd_match(args: argparse.Namespace) -> int:
-    from dispatchlab.core.api import analyze_paths
-    from dispatchlab.core.summary import render_summary
-
-    document = analyze_paths(args.paths, progress=_progress_to_stderr(args.progress))
-    if args.progress:
-        print(file=sys.stderr)
-    if args.json:
-        _print_json(document)
-    else:
-        sys.stdout.write(render_summary(document))
-    return 0
+    return _document_command(args, matched=True)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
