@@ -36,12 +36,21 @@ displays, ``+``/``|``, ``list()``/``sorted()``/``set()``, ``.keys()``, comprehen
 enum members. What it cannot evaluate is recorded as ``null`` with
 ``"choices_unresolved": true`` (or ``"default_unresolved": "<source text>"``).
 
-vLLM (best effort): ``parser.add_argument`` / ``group.add_argument`` calls in
-``vllm/engine/arg_utils.py`` and ``vllm/entrypoints/openai/cli_args.py``; the flag list of
-``EngineArgs.add_cli_args`` is mostly produced at run time from config dataclasses, so for
-those the catalog holds what ``get_kwargs`` would derive statically: every ``EngineArgs``
-field becomes ``--field-name`` with choices from a ``Literal[...]`` annotation (following type
-aliases into other modules) or from the config class field it defaults to.
+vLLM (best effort): ``group.add_argument("--flag", "-alias", **model_kwargs["field"])`` calls
+in ``vllm/engine/arg_utils.py`` where ``model_kwargs = get_kwargs(SomeConfig)``: the entry is
+derived from ``SomeConfig.field`` as ``get_kwargs`` derives it (a ``Literal`` gives sorted
+choices, ``bool`` gives ``BooleanOptionalAction``, ``list[...]`` gives ``nargs="+"``), then the
+call's own keywords override it; plus every field of ``FrontendArgs`` (the ``vllm serve``
+flags, added in a loop). Where argparse gets no choices but the type names the valid values
+(``QuantizationMethods | str``, an enum such as ``AttentionBackendEnum``) the values are
+recorded with ``"choices_open": true``.
+
+Each flag entry: ``dest``, ``choices`` (list or null), ``default``, ``type`` (source text of
+the argparse type, or null), ``action`` (``store_true``, a class name, or null), ``nargs``,
+``aliases``, and when they apply ``required``, ``const``, ``deprecated`` (+
+``deprecated_hint``), ``choices_unresolved``, ``default_unresolved`` (source text),
+``choices_open``, ``from_config`` (vLLM). ``"aliases"`` at the top level maps each alias to its
+primary flag per version.
 """
 
 from __future__ import annotations
@@ -286,6 +295,7 @@ class Module:
         self.is_pkg = is_pkg
         self.env: dict[str, Any] = {}
         self.star_imports: list[str] = []
+        self._resolved: dict[str, Any] = {}
         self._built = False
 
     # module-level environment, evaluated in statement order
@@ -360,9 +370,11 @@ class Module:
                 elif isinstance(target, dict) and f.attr == "update" and args and isinstance(args[0], dict):
                     target.update(args[0])
         elif isinstance(stmt, ast.If):
-            # `if TYPE_CHECKING:` imports and platform switches: take both branches.
+            # `if TYPE_CHECKING:` gives the typed names (its `else:` only runtime stand-ins
+            # such as `QuantizationMethods = str`); other switches: take both branches.
             self._exec_body(stmt.body)
-            self._exec_body(stmt.orelse)
+            if ast.unparse(stmt.test).split(".")[-1] != "TYPE_CHECKING":
+                self._exec_body(stmt.orelse)
         elif isinstance(stmt, ast.Try):
             self._exec_body(stmt.body)
 
@@ -386,8 +398,9 @@ class Module:
         if name in self.env:
             v = self.env[name]
             if isinstance(v, _LazyImport):
-                v = self.loader.import_value(v.module, v.attr)
-                self.env[name] = v
+                if name not in self._resolved:
+                    self._resolved[name] = self.loader.import_value(v.module, v.attr)
+                v = self._resolved[name]
             return v
         for star in self.star_imports:
             other = self.loader.module(star)
@@ -618,6 +631,11 @@ class Module:
         return OPAQUE
 
     def _call(self, node: ast.Call, scope: dict) -> Any:
+        fname = ast.unparse(node.func).split(".")[-1]
+        if fname == "get_args" and len(node.args) == 1:
+            # typing.get_args(SomeLiteralAlias)
+            lit = analyse_type(self, node.args[0])["literal"]
+            return tuple(lit) if lit is not None else OPAQUE
         f = self._eval(node.func, scope)
         args = []
         for a in node.args:
@@ -814,7 +832,7 @@ class Loader:
 
 def field_default(mod: Module, value: ast.AST, scope: dict | None = None) -> Any:
     """Evaluate a dataclass/msgspec field default, understanding ``field(...)``."""
-    if isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] == "field":
+    if isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in ("field", "Field"):
         kw = {k.arg: k.value for k in value.keywords}
         if "default" in kw:
             return mod.eval(kw["default"], scope)
@@ -881,6 +899,7 @@ class Catalog:
     def __init__(self) -> None:
         self.flags: dict[str, dict] = {}
         self.aliases: dict[str, str] = {}
+        self.negation = "no"
 
     def add(self, names: list[str], entry: dict, override: bool = True) -> None:
         if entry.get("action") and entry["action"].endswith("BooleanOptionalAction"):
@@ -888,7 +907,11 @@ class Catalog:
             expanded: list[str] = []
             for n in names:
                 expanded.append(n)
-                if n.startswith("--") and not n.startswith("--no-"):
+                if self.negation == "enable_disable" and n.startswith("--enable-"):
+                    expanded.append("--disable-" + n[len("--enable-") :])
+                elif self.negation == "enable_disable" and n.startswith("--disable-"):
+                    expanded.append("--enable-" + n[len("--disable-") :])
+                elif n.startswith("--") and not n.startswith("--no-"):
                     expanded.append("--no-" + n[2:])
             names = expanded
         primary = names[0]
@@ -1083,13 +1106,25 @@ def analyse_type(mod: Module, node: ast.AST) -> dict:
                 return info
             info["base"] = ast.unparse(node)
             return info
-        if sp and sp[0] == "Annotated":
+        if sp and sp[0] in ("Annotated", "SkipValidation", "Final", "Required", "NotRequired", "InitVar"):
             mod, node = _resolve_alias(mod, sp[1][0])
             continue
         break
     sp = _subscript_parts(node)
     if sp and sp[0] == "Literal":
-        vals = [mod.eval(p) for p in sp[1]]
+        vals: list = []
+        for p in sp[1]:
+            v = mod.eval(p)
+            if not is_concrete(v):
+                # Literal["auto", RunnerType] with RunnerType = Literal[...]
+                sub = analyse_type(mod, p)
+                v = sub["literal"]
+                if v is None:
+                    vals = [OPAQUE]
+                    break
+                vals.extend(v)
+                continue
+            vals.append(v)
         info["literal"] = vals if all(is_concrete(v) for v in vals) else None
         if info["literal"] is None:
             info["base"] = "Literal"
@@ -1117,14 +1152,38 @@ def _is_none(node: ast.AST) -> bool:
 
 
 def _union_literals(mod: Module, members: list[ast.AST]) -> list | None:
-    """Union of several Literal[...] (possibly via aliases) -> merged values."""
+    """Union of several Literal[...] (possibly via aliases) -> merged values.
+
+    A plain ``str`` member (vLLM's ``QuantizationMethods | str``) is ignored when at
+    least one member is a Literal: argparse still gets the literal values as choices.
+    """
     out: list = []
+    found = False
     for m in members:
         t = analyse_type(mod, m)
         if t["literal"] is None:
-            return None
+            continue
+        found = True
         out.extend(t["literal"])
+    if not found:
+        return None
+    if len([m for m in members if analyse_type(mod, m)["literal"] is None]) and _LITERAL_UNION_STRICT:
+        return None
     return out
+
+
+# SGLang's own derivation only understands a bare Literal; vLLM's get_kwargs takes the
+# literal members of a union (``ModelDType | torch.dtype``). The vLLM driver flips this.
+_LITERAL_UNION_STRICT = True
+
+
+def _union_is_open(node: ast.AST) -> bool:
+    """``X | str`` (or an enum-typed field): argparse gets no choices, any string passes."""
+    members = _flatten_union(node)
+    sp = _subscript_parts(node)
+    if sp and sp[0] in ("Union", "Optional"):
+        members = sp[1]
+    return any(isinstance(m, ast.Name) and m.id == "str" for m in members)
 
 
 def _annotation_meta(mod: Module, ann: ast.AST) -> tuple[ast.AST, ast.AST | None, bool] | None:
@@ -1332,74 +1391,210 @@ def sglang_catalog(source: Source) -> tuple[dict, dict, dict]:
 # -- vLLM ---------------------------------------------------------------------------
 
 
+def vllm_field_entry(cls: ClassRef, field: str) -> dict | None:
+    """What vLLM's ``get_kwargs(cls)[field]`` gives argparse, derived statically."""
+    for fmod, name, stmt in class_fields(cls):
+        if name != field:
+            continue
+        ann = stmt.annotation
+        meta = _annotation_meta(fmod, ann)
+        if meta is not None:
+            ann = meta[0]
+        t = analyse_type(fmod, ann)
+        entry: dict[str, Any] = {"dest": name}
+        if stmt.value is None:
+            entry["default"] = None
+        else:
+            d = field_default(fmod, stmt.value)
+            if isinstance(d, EnumMember):
+                d = d.value if is_concrete(d.value) else d.name
+            if is_concrete(d):
+                entry["default"] = to_json(d)
+            else:
+                entry["default"] = None
+                entry["default_unresolved"] = _short(stmt.value)
+        choices: Any = t["literal"]
+        base = t["base"]
+        enum_cls = None
+        if choices is None and base and base not in ("bool", "list", "str", "int", "float"):
+            b = t["mod"].eval(ast.parse(base, mode="eval").body) if _is_dotted(base) else None
+            if isinstance(b, ClassRef) and b.is_enum():
+                enum_cls = b
+        entry["action"] = None
+        entry["nargs"] = None
+        if choices is not None:
+            entry["type"] = _py_type_name(type(choices[0]).__name__) if choices else "str"
+            if _union_is_open(_resolve_alias(fmod, ann)[1]):
+                # `X | str`: argparse takes any string; these are the known values
+                entry["choices"] = to_json(choices)
+                entry["choices_open"] = True
+            else:
+                entry["choices"] = _sorted_choices(to_json(choices))  # get_kwargs sorts them
+        elif enum_cls is not None:
+            # parsed by the enum's own type function, not argparse choices: the member names
+            entry["type"] = "str"
+            entry["choices"] = [m.name for m in enum_cls.members()]
+            entry["choices_open"] = True
+            entry["choices_from_enum"] = enum_cls.name
+        elif base == "bool":
+            entry["type"] = None
+            entry["action"] = "argparse.BooleanOptionalAction"
+            entry["choices"] = None
+        elif base == "list":
+            entry["type"] = _py_type_name(t["list_elem"])
+            entry["nargs"] = "+"
+            entry["choices"] = None
+            elem = t.get("list_elem_node")
+            if elem is not None:
+                lit = analyse_type(t["mod"], elem)["literal"]
+                if lit:
+                    entry["choices"] = _sorted_choices(to_json(lit))
+                    entry["type"] = _py_type_name(type(lit[0]).__name__)
+        else:
+            entry["type"] = base if base in ("int", "float") else "str"
+            entry["choices"] = None
+        return entry
+    return None
+
+
+def _sorted_choices(values: list) -> list:
+    if all(isinstance(v, type(values[0])) for v in values):
+        return sorted(values)
+    return sorted(values, key=str)
+
+
+def _is_dotted(text: str) -> bool:
+    return bool(re.fullmatch(r"[A-Za-z_][\w.]*", text))
+
+
+def _vllm_add_argument_calls(mod: Module, catalog: Catalog) -> int:
+    """``group.add_argument("--x", **model_kwargs["x"])`` where ``model_kwargs = get_kwargs(C)``."""
+    count = 0
+    for func in ast.walk(mod.tree):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        kw_sources: dict[str, Any] = {}  # var -> ClassRef (get_kwargs) or (ClassRef, field)
+        calls: list[ast.Call] = []
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                tgt, val = node.targets[0], node.value
+                if not isinstance(tgt, ast.Name):
+                    continue
+                if (
+                    isinstance(val, ast.Call)
+                    and ast.unparse(val.func).split(".")[-1] == "get_kwargs"
+                    and val.args
+                ):
+                    c = mod.eval(val.args[0])
+                    if isinstance(c, ClassRef):
+                        kw_sources[tgt.id] = c
+                elif (
+                    isinstance(val, ast.Subscript)
+                    and isinstance(val.value, ast.Name)
+                    and isinstance(val.slice, ast.Constant)
+                ):
+                    base = kw_sources.get(val.value.id)
+                    if isinstance(base, ClassRef):
+                        kw_sources[tgt.id] = (base, val.slice.value)
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"
+            ):
+                calls.append(node)
+        for call in calls:
+            names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if not names or not names[0].startswith("-"):
+                continue
+            long_names = [n for n in names if n.startswith("--")] or names
+            entry: dict[str, Any] | None = None
+            overrides: list[tuple[str, ast.AST]] = []
+            for k in call.keywords:
+                if k.arg is not None:
+                    continue
+                src: Any = None
+                v = k.value
+                if isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name):
+                    base = kw_sources.get(v.value.id)
+                    if isinstance(base, ClassRef) and isinstance(v.slice, ast.Constant):
+                        src = (base, v.slice.value)
+                elif isinstance(v, ast.Name):
+                    src = kw_sources.get(v.id)
+                elif isinstance(v, ast.Dict):
+                    # **{**cache_kwargs["x"], "default": None}
+                    for dk, dv in zip(v.keys, v.values, strict=False):
+                        if dk is None and isinstance(dv, ast.Subscript) and isinstance(dv.value, ast.Name):
+                            base = kw_sources.get(dv.value.id)
+                            if isinstance(base, ClassRef) and isinstance(dv.slice, ast.Constant):
+                                src = (base, dv.slice.value)
+                        elif isinstance(dk, ast.Constant) and dk.value in ("default", "choices", "nargs"):
+                            overrides.append((dk.value, dv))
+                if isinstance(src, tuple):
+                    entry = vllm_field_entry(src[0], src[1])
+                    if entry is not None:
+                        entry["from_config"] = f"{src[0].name}.{src[1]}"
+            if entry is None:
+                sub = Catalog()
+                if extract_add_argument_calls(mod, sub, {}, scope_node=ast.Module([ast.Expr(call)], [])):
+                    entry = next(iter(sub.flags.values()))
+                    entry.pop("aliases", None)
+                else:
+                    continue
+            else:
+                explicit = [(k.arg, k.value) for k in call.keywords if k.arg]
+                for arg, node in overrides + explicit:
+                    if arg in ("choices", "default", "nargs", "type", "action"):
+                        val = mod.eval(node)
+                        if arg in ("type", "action") or not is_concrete(val):
+                            val = val if isinstance(val, str) else _short(node)
+                        entry[arg] = to_json(val)
+            entry["dest"] = long_names[0].lstrip("-").replace("-", "_")
+            catalog.add(long_names + [n for n in names if n not in long_names], entry)
+            count += 1
+    return count
+
+
 def vllm_catalog(source: Source) -> tuple[dict, dict, dict]:
+    global _LITERAL_UNION_STRICT
+    _LITERAL_UNION_STRICT = False
+    try:
+        return _vllm_catalog(source)
+    finally:
+        _LITERAL_UNION_STRICT = True
+
+
+def _vllm_catalog(source: Source) -> tuple[dict, dict, dict]:
     loader = Loader(source)
     mod = loader.module("vllm.engine.arg_utils")
     if mod is None:
         raise SystemExit(f"{source.location}: no vllm/engine/arg_utils.py")
     mod.build()
     cat = Catalog()
-    stats: dict[str, int] = {}
-    # 1. EngineArgs / AsyncEngineArgs dataclass fields -> --field-name
-    fields: list[tuple[Module, str, ast.AnnAssign]] = []
-    for cname in ("EngineArgs", "AsyncEngineArgs"):
-        c = _find_class(mod, cname)
-        if c is not None:
-            have = {f[1] for f in fields}
-            fields.extend(f for f in class_fields(c) if f[1] not in have)
-    defaults = field_defaults_of(fields)
-    n = 0
-    for fmod, name, stmt in fields:
-        ann = stmt.annotation
-        meta = _annotation_meta(fmod, ann)
-        if meta is not None:
-            ann = meta[0]
-        tinfo = analyse_type(fmod, ann)
-        entry: dict[str, Any] = {"dest": name}
-        d = defaults.get(name, None)
-        if d is OPAQUE:
-            entry["default"] = None
-            entry["default_unresolved"] = _short(stmt.value)
-            cfg_choices = _vllm_config_default_choices(fmod, stmt.value)
-        else:
-            entry["default"] = d
-            cfg_choices = None
-        choices = tinfo["literal"]
-        if choices is None and cfg_choices is not None:
-            choices = cfg_choices
-        entry["choices"] = to_json(choices) if choices is not None else None
-        if tinfo["base"] == "bool":
-            entry["type"] = None
-            entry["action"] = "BooleanOptionalAction"
-        else:
-            entry["type"] = _py_type_name(tinfo["list_elem"] if tinfo["base"] == "list" else tinfo["base"])
-            entry["action"] = None
-        entry["nargs"] = "+" if tinfo["base"] == "list" else None
-        entry["from_dataclass"] = True
-        cat.add(["--" + name.replace("_", "-")], entry)
-        n += 1
-    stats["engine_args_fields"] = n
-    # 2. explicit add_argument calls (they win: they are what argparse sees)
-    stats["explicit_add_argument"] = extract_add_argument_calls(mod, cat, defaults)
-    for extra in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.cli.serve"):
-        m2 = loader.module(extra)
-        if m2 is not None:
-            m2.build()
-            stats[f"explicit_add_argument:{extra}"] = extract_add_argument_calls(m2, cat, {})
+    # vLLM's FlexibleArgumentParser pairs --enable-X with --disable-X (and vice versa)
+    # instead of argparse's --no-X, in the releases whose argparse_utils say so.
+    utils = source.read("vllm/utils/argparse_utils.py") or ""
+    if '"--disable-' in utils or "'--disable-" in utils:
+        cat.negation = "enable_disable"
+    stats: dict[str, int] = {"engine_args": _vllm_add_argument_calls(mod, cat)}
+    # `vllm serve` frontend flags: every field of FrontendArgs (added in a loop)
+    for name in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.common.cli_args"):
+        m2 = loader.module(name)
+        if m2 is None:
+            continue
+        m2.build()
+        fa = _find_class(m2, "FrontendArgs")
+        n = 0
+        if fa is not None:
+            for _, field, _ in class_fields(fa):
+                flag = "--" + field.replace("_", "-")
+                e = vllm_field_entry(fa, field)
+                if e is not None and flag not in cat.flags:
+                    e["from_config"] = f"FrontendArgs.{field}"
+                    cat.add([flag], e)
+                    n += 1
+        n += _vllm_add_argument_calls(m2, cat)
+        stats[name.rsplit(".", 2)[-2] + "_frontend"] = n
     return cat.flags, cat.aliases, stats
-
-
-def _vllm_config_default_choices(mod: Module, value: ast.AST | None) -> list | None:
-    """``x: T = SomeConfig.field`` -> the Literal choices of ``SomeConfig.field``."""
-    if not isinstance(value, ast.Attribute):
-        return None
-    owner = mod.eval(value.value)
-    if not isinstance(owner, ClassRef):
-        return None
-    for fmod, name, stmt in class_fields(owner):
-        if name == value.attr:
-            return analyse_type(fmod, stmt.annotation)["literal"]
-    return None
 
 
 # --------------------------------------------------------------------------------------

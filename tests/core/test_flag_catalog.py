@@ -370,14 +370,108 @@ def test_generator_declarative_fields_and_wheels(tmp_path):
     assert "--speculative-moe-runner-backend" not in cat["versions"]["0.4.9"]
 
 
-def test_vllm_catalog_if_present():
-    path = DATA / "flags-vllm.json"
-    if not path.exists():
-        pytest.skip("no vLLM catalog shipped")
-    cat = json.loads(path.read_text())
-    assert cat["server"] == "vllm"
-    newest = cat["versions"][cat["version_order"][-1]]
-    assert "--tensor-parallel-size" in newest
-    assert "--quantization" in newest
-    assert "--kv-cache-dtype" in newest
-    assert "fp8" in (newest["--kv-cache-dtype"]["choices"] or [])
+@pytest.fixture(scope="module")
+def vllm_catalog() -> dict:
+    return json.loads((DATA / "flags-vllm.json").read_text())
+
+
+def test_vllm_catalog_versions(vllm_catalog):
+    assert vllm_catalog["server"] == "vllm"
+    assert vllm_catalog["generated_by"].startswith("python tools/gen_flag_catalog.py --server vllm")
+    assert len(vllm_catalog["version_order"]) >= 3
+    assert (DATA / "flags-vllm.json").stat().st_size < 1_000_000
+
+
+def test_vllm_known_flags(vllm_catalog):
+    order = vllm_catalog["version_order"]
+    newest = vllm_catalog["versions"][order[-1]]
+    tp = newest["--tensor-parallel-size"]
+    assert tp["aliases"] == ["-tp"] and tp["default"] == 1 and tp["type"] == "int"
+    # enforced argparse choices (a plain Literal, sorted as vLLM's get_kwargs sorts them)
+    moe = newest["--moe-backend"]
+    assert {"auto", "triton", "flashinfer_cutlass", "deep_gemm"} <= set(moe["choices"])
+    assert moe["choices"] == sorted(moe["choices"])
+    assert "choices_open" not in moe
+    assert "--moe-backend" not in vllm_catalog["versions"][order[0]]
+    # `X | str` and enum-typed fields: known values, but argparse takes any string
+    for flag, value in (
+        ("--quantization", "fp8"),
+        ("--kv-cache-dtype", "fp8_e4m3"),
+        ("--attention-backend", "FLASH_ATTN"),
+    ):
+        entry = newest[flag]
+        assert value in entry["choices"], flag
+        assert entry["choices_open"] is True, flag
+    assert newest["--attention-backend"]["choices_from_enum"] == "AttentionBackendEnum"
+    # vLLM's parser pairs --enable-X with --disable-X
+    assert newest["--enable-prefix-caching"]["aliases"] == ["--disable-prefix-caching"]
+    assert newest["--port"]["default"] == 8000
+
+
+VLLM_CONFIG = """
+from dataclasses import field
+from typing import TYPE_CHECKING, Literal
+
+MoeBackend = Literal["auto", "triton", "cutlass"]
+if TYPE_CHECKING:
+    from vllm.quant import QuantizationMethods
+else:
+    QuantizationMethods = str
+
+
+class KernelConfig:
+    moe_backend: MoeBackend = "auto"
+    quantization: QuantizationMethods | str | None = None
+    enable_thing: bool = False
+    tensor_parallel_size: int = field(default=1)
+"""
+
+VLLM_QUANT = """
+from typing import Literal
+
+QuantizationMethods = Literal["fp8", "awq"]
+"""
+
+VLLM_ARG_UTILS = """
+from vllm.config.kernel import KernelConfig
+
+
+class EngineArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        kernel_kwargs = get_kwargs(KernelConfig)
+        group = parser.add_argument_group("Kernel")
+        group.add_argument("--moe-backend", **kernel_kwargs["moe_backend"])
+        group.add_argument("--quantization", "-q", **kernel_kwargs["quantization"])
+        group.add_argument("--enable-thing", **kernel_kwargs["enable_thing"])
+        group.add_argument(
+            "--tensor-parallel-size", "-tp", **{**kernel_kwargs["tensor_parallel_size"], "default": 2}
+        )
+        parser.add_argument("--disable-log-stats", action="store_true")
+        return parser
+"""
+
+
+def test_generator_vllm_style(tmp_path):
+    pkg = tmp_path / "vllm-tree"
+    _write(pkg, "vllm/__init__.py", "")
+    _write(pkg, "vllm/version.py", '__version__ = "0.99.0"\n')
+    _write(pkg, "vllm/config/__init__.py", "")
+    _write(pkg, "vllm/config/kernel.py", VLLM_CONFIG)
+    _write(pkg, "vllm/quant.py", VLLM_QUANT)
+    _write(pkg, "vllm/engine/__init__.py", "")
+    _write(pkg, "vllm/engine/arg_utils.py", VLLM_ARG_UTILS)
+    out = tmp_path / "flags-vllm.json"
+    assert gen.main(["--server", "vllm", "--out", str(out), str(pkg)]) == 0
+    flags = json.loads(out.read_text())["versions"]["0.99.0"]
+    assert flags["--moe-backend"]["choices"] == ["auto", "cutlass", "triton"]
+    assert flags["--moe-backend"]["default"] == "auto"
+    assert flags["--moe-backend"]["from_config"] == "KernelConfig.moe_backend"
+    q = flags["--quantization"]
+    assert q["choices"] == ["fp8", "awq"] and q["choices_open"] is True
+    assert q["aliases"] == ["-q"]
+    assert flags["--enable-thing"]["action"] == "argparse.BooleanOptionalAction"
+    assert flags["--enable-thing"]["aliases"] == ["--no-enable-thing"]
+    tp = flags["--tensor-parallel-size"]
+    assert tp["default"] == 2 and tp["type"] == "int" and tp["aliases"] == ["-tp"]
+    assert flags["--disable-log-stats"]["action"] == "store_true"
