@@ -154,22 +154,31 @@ def _scan_segment(task: tuple[str, int, int, int]) -> list[ChunkScan]:
         handle.seek(start)
         remaining = end - start
         carry = b""
-        while remaining > 0 or carry:
-            block = handle.read(min(CHUNK_BYTES, remaining)) if remaining > 0 else b""
-            remaining -= len(block)
-            data = carry + block
-            cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
-            if cut == 0:
-                carry = data
-                continue
-            carry = data[cut:]
-            chunk = normalise_chunk(data[:cut] if data[cut - 1 : cut] == b"\n" else data[:cut] + b"\n")
-            scan = scan_chunk(_WORKER_SCANNER, chunk, stride, next_sample)
-            next_sample = scan.next_sample
-            scan.size = len(chunk)
-            scans.append(scan)
+        while remaining > 0:
+            block = handle.read(min(CHUNK_BYTES, remaining))
             if not block:
                 break
+            remaining -= len(block)
+            cut = len(block) if remaining <= 0 else block.rfind(b"\n") + 1
+            if cut == 0:
+                carry += block
+                continue
+            # one copy at most: the carried partial line joined to the block up to its last newline
+            chunk = (
+                b"".join((carry, memoryview(block)[:cut]))
+                if carry
+                else block
+                if cut == len(block)
+                else block[:cut]
+            )
+            carry = block[cut:]
+            if not chunk.endswith(b"\n"):
+                chunk += b"\n"
+            scan = scan_chunk(_WORKER_SCANNER, normalise_chunk(chunk), stride, next_sample)
+            next_sample = scan.next_sample
+            scans.append(scan)
+        if carry:
+            scans.append(scan_chunk(_WORKER_SCANNER, normalise_chunk(carry + b"\n"), stride, next_sample))
     return scans
 
 

@@ -30,8 +30,8 @@ def _progress_to_stderr(enabled: bool):  # type: ignore[no-untyped-def]
 
 
 def _print_json(document: dict[str, Any]) -> None:
-    json.dump(document, sys.stdout, ensure_ascii=False, separators=(",", ":"))
-    sys.stdout.write("\n")
+    # json.dumps takes the C encoder; json.dump to a stream would write in 100k small pieces
+    sys.stdout.write(json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n")
 
 
 def _document_command(args: argparse.Namespace, *, matched: bool) -> int:
