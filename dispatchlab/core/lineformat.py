@@ -44,7 +44,6 @@ _GLOG = re.compile(
 )
 _NCCL = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL )")
 _RANK_TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
-_VLLM_TAGS = re.compile(r"_(DP|PP|PCP|TP|DCP|EP)(\d+)")
 
 LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "F": "CRITICAL", "WARN": "WARNING"}
 
@@ -170,9 +169,3 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
             True,
         )
     return Line(number, raw, text, None, rank, None, "plain", rank is not None)
-
-
-def vllm_rank_tags(rank: str | None) -> dict[str, str]:
-    if not rank:
-        return {}
-    return dict(_VLLM_TAGS.findall("_" + rank.split(" ")[0]))

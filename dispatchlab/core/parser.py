@@ -138,8 +138,6 @@ class LogParser:
         patterns = [RULES[n] for n in self.rule_names] + list(extra_patterns)
         self.scanner = Scanner(patterns)
         self.compiled = self.scanner.compiled
-        self.rule_index = {name: i for i, name in enumerate(self.rule_names)}
-        self.extra_count = len(extra_patterns)
 
     # ---------------------------------------------------------------- driver
     def parse(self, sources: Sequence[Source], progress: ProgressCallback | None = None) -> ParsedLog:
@@ -1340,7 +1338,3 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 def _rank_sort_key(rank: str) -> tuple[int, str]:
     digits = re.findall(r"\d+", rank)
     return (int(digits[-1]) if digits else -1, rank)
-
-
-def iter_parse(sources: Iterable[Source]) -> ParsedLog:  # convenience for tests
-    return parse_sources(list(sources))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import re
 import struct
 import sys
@@ -349,10 +348,3 @@ class LineIndex:
                     if len(hits) >= limit:
                         break
         return hits
-
-
-def file_size(path: str | Path) -> int | None:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None

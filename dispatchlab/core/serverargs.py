@@ -159,11 +159,6 @@ def _parse_dict_dump(text: str) -> tuple[dict[str, Any], bool]:
     return fields, end >= 0
 
 
-def args_dump_is_open(text: str) -> bool:
-    i = text.find("ServerArgs(")
-    return i >= 0 and _matching_paren(text[i + len("ServerArgs(") :], 0) < 0
-
-
 def parse_vllm_engine_config(text: str) -> dict[str, Any]:
     """`Initializing a V1 LLM engine (v0.11.0) with config: model='x', quantization=fp8, ...`: values may be
     unquoted words; keep what looks like a value."""
