@@ -1,0 +1,23 @@
+"""The house rules CI enforces: ruff clean and formatted everywhere, mypy strict on the core and the worker."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_finds_nothing_and_everything_is_formatted():
+    check = _run("ruff", "check", ".")
+    assert check.returncode == 0, check.stdout[-3000:]
+    fmt = _run("ruff", "format", "--check", ".")
+    assert fmt.returncode == 0, fmt.stdout[-3000:]
+
+
+def test_the_core_and_the_worker_pass_mypy_strict():
+    result = _run("mypy")
+    assert result.returncode == 0, result.stdout[-3000:]
