@@ -62,8 +62,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     result = evaluate_directory(args.directory)
     if args.json:
-        _print_json(result)
-        sys.stdout.write(f"accuracy: {result['correct']}/{result['total']}\n")
+        _print_json({**result, "accuracy": f"{result['correct']}/{result['total']}"})
     else:
         sys.stdout.write(render_evaluation(result))
     return 0
