@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import secrets
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,8 @@ STORAGES = {
 }
 # Serve static files straight from the app folders too, so `gunicorn` works before `collectstatic`.
 WHITENOISE_USE_FINDERS = True
+# With finders serving static/, an empty STATIC_ROOT (no collectstatic yet) is expected, not a problem.
+warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 DISPATCHLAB_MAX_UPLOAD_BYTES = env_int("DISPATCHLAB_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
 # Larger uploads stream to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
