@@ -36,6 +36,7 @@ class Hit:
     raw: bytes  # the line (at most MAX_PARSED_LINE_BYTES)
     rules: tuple[int, ...] | None  # rule ids that may match; None: try every rule
     following: bytes  # the lines after it, for a dump or command that continues (else empty)
+    previous: bytes = b""  # the line before a bare "Traceback": whose process printed it
 
 
 @dataclass
@@ -120,7 +121,10 @@ def scan_chunk(scanner: Scanner, chunk: bytes, stride: int, next_sample: int) ->
             if any(mark in raw for mark in CONTINUED) or raw.endswith(b"\\")
             else b""
         )
-        hits.append(Hit(index, raw, tuple(sorted(rules)) if rules is not None else None, following))
+        previous = b""
+        if raw.lstrip().startswith(b"Traceback") and offset > 0:
+            previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
+        hits.append(Hit(index, raw, tuple(sorted(rules)) if rules is not None else None, following, previous))
     lines = index + count(b"\n", cursor)
     return ChunkScan(len(chunk), lines, hits, samples, metric_lines, next_sample)
 

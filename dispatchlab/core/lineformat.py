@@ -43,6 +43,18 @@ _GLOG = re.compile(
     r"^\[?(?P<lvl>[EWIF])(?P<mo>\d{2})(?P<dd>\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})\.\d+ +(?:\d+ )?[\w./-]+:\d+\]\s?"
 )
 _NCCL = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL )")
+VLLM_PROCESSES = re.compile(
+    r"^(?:APIServer|EngineCore|Worker|VllmWorker|RayWorker|DPCoordinator|MultiprocExecutor)"
+)
+# Python 3.11 exception groups draw a gutter: "  + Exception Group Traceback", "  |   File ...", "  | ValueError: x"
+_GUTTER = re.compile(r"^\s+(?:[|+](?:-+\+?[-\d ]*)?\s?)+")
+
+
+def _strip_gutter(text: str) -> str:
+    m = _GUTTER.match(text)
+    return text[m.end() :] if m and m.end() < len(text) else text
+
+
 _RANK_TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
 
 LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "F": "CRITICAL", "WARN": "WARNING"}
@@ -129,6 +141,9 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
     m = _VLLM_PROC_ONLY.match(text)
     if m:
         rest = text[m.end() :]
+        if not VLLM_PROCESSES.match(m.group("proc")):
+            # another framework's Ray actor (SGLangEngine, ...): a bare continuation line of its output
+            return Line(number, raw, _strip_gutter(rest), None, rank, None, "plain", rank is not None)
         return Line(
             number, raw, rest, None, vllm_rank(m.group("proc"), m.group("vrank")) or rank, None, "vllm", True
         )
@@ -168,4 +183,4 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
             "plain",
             True,
         )
-    return Line(number, raw, text, None, rank, None, "plain", rank is not None)
+    return Line(number, raw, _strip_gutter(text), None, rank, None, "plain", rank is not None)

@@ -279,7 +279,7 @@ _INFER = [
     (
         "cuda_error",
         re.compile(
-            r"CUDA error|illegal memory access|device-side assert|misaligned address|unspecified launch failure|cudaError|CUBLAS_STATUS|CUDNN_STATUS|HIP error|hipError|Segmentation fault|SIGSEGV|exit code -11|Assertion failed",
+            r"CUDA error|illegal memory access|device-side assert|misaligned address|unspecified launch failure|cudaError|CUBLAS_STATUS|CUDNN_STATUS|HIP error|hipError|Segmentation fault|SIGSEGV|exit code -11",
             re.I,
         ),
     ),

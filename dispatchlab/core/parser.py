@@ -74,11 +74,24 @@ VLLM_OLD_ATTENTION = {
     "XFormers": "XFORMERS",
     "Torch SDPA": "TORCH_SDPA",
 }
+# milestones that prove a process went on after an error it printed
+PROGRESS = {
+    "weights_begin",
+    "weights_end",
+    "kv_cache_allocated",
+    "memory_pool_end",
+    "cuda_graph_begin",
+    "cuda_graph_end",
+    "capacity",
+    "http_up",
+    "engine_ready",
+    "ready",
+}
 STOP_EXIT_CODES = {"-15", "-2", "143", "130"}
 WRAPPER_EXCEPTIONS = re.compile(
     r"Engine core initialization failed|EngineDeadError|EngineCore encountered an issue|"
     r"Initialization failed\.|scheduler died during initialization|Worker failed with error|"
-    r"^SystemExit$|^KeyboardInterrupt$|ChildProcessError"
+    r"^SystemExit$|^KeyboardInterrupt$|ChildProcessError|^(?:Base)?ExceptionGroup\b"
 )
 DRAFT_FRAME = re.compile(
     r"speculative/|eagle_worker|eagle_draft|draft_|_nextn|nextn\.py|mtp|EagleDraft|multi_layer_eagle", re.I
@@ -127,6 +140,7 @@ class _RankState:
 class _OpenTraceback:
     tb: Traceback
     chained: list[dict[str, str]] = field(default_factory=list)
+    ignored: bool = False  # printed under "Exception ignored in": not fatal
     finished: bool = False  # the exception line was seen
     chained_pending: bool = False  # a "During handling..." line followed it
 
@@ -222,6 +236,9 @@ class _Run:
         self.last_time: str | None = None
         self.dump_line: int | None = None
         self.stop_requested = False
+        self.stop_line: int | None = None
+        self.ignore_next_tb: dict[str | None, bool] = {}
+        self.ignored_tb_lines: set[int] = set()
 
     # ---------------------------------------------------------------- chunk loop
     def scan_source(self, source: Source) -> Iterator[ChunkScan]:
@@ -238,6 +255,10 @@ class _Run:
             while si < len(samples) and samples[si][0] < hit.index:
                 self._metric_line(samples[si][1], base + samples[si][0] + 1)
                 si += 1
+            if hit.previous:
+                before = split_line(base + hit.index, decode_line(hit.previous), self.year)
+                if before.prefixed:  # "[ts] Tokenizer init failed:" then a bare traceback: that process's
+                    self.last_rank_context = before.rank
             self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
         for index, raw in samples[si:]:
             self._metric_line(raw, base + index + 1)
@@ -258,7 +279,7 @@ class _Run:
             if line.style == "sglang" and self.year is None:
                 self.year = line.time[:4]
             self.last_time = line.time
-        if line.prefixed and line.rank is not None:
+        if line.prefixed:
             self.last_rank_context = line.rank
         if line.style == "sglang":
             self.server_votes["sglang"] += 1
@@ -702,15 +723,22 @@ class _Run:
                         {"exception": open_tb.tb.exception, "message": open_tb.tb.message},
                     ]
                     first_line = open_tb.tb.line
+                    root_frames = open_tb.tb.frames
+                    self.ignore_next_tb[key] = open_tb.ignored
                     self.open_tb.pop(key)
                 else:
                     self._close_tb(key)
             tb = Traceback(line=line.number, rank=line.rank or key, exception="", message="")
             if chain:
                 tb.line = first_line
-            self.open_tb[key] = _OpenTraceback(tb, chain)
+                tb.frames = list(root_frames)  # the cause's frames say where it really broke
+            self.open_tb[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next_tb.pop(key, False))
             if "exc_head" in m:
                 self._event(line, "error", "exception", msg[:300])
+            return
+        if "exc_ignored" in m:
+            # "Exception ignored in: <function X.__del__>": CPython printed and swallowed it
+            self.ignore_next_tb[key] = True
             return
         if "tb_chain" in m:
             if open_tb is not None:
@@ -743,6 +771,7 @@ class _Run:
             return
         if "stop_request" in m:
             self.stop_requested = True
+            self.stop_line = self.stop_line or line.number
             self._milestone(line, "stop_requested", msg[:300])
             return
         # error lines outside tracebacks
@@ -815,6 +844,10 @@ class _Run:
             "vllm_engine_failed",
             "exception",
         )
+        if line.level in ("WARNING", "INFO", "DEBUG") or re.search(r"NCCL (?:WARN|INFO)", text):
+            fatal = False  # a warning that mentions OOM or a failed NCCL transport is not the failure itself
+        if self.stop_requested and kind in ("killed", "signal", "exit_code", "subproc_crash", "died_init"):
+            fatal = False  # children dying after the operator stopped the server
         if fatal or kind == "garbage_output":
             self.fatal_lines.append((line.number, line.rank, kind, text))
         self._event(line, "error", kind, text[:300])
@@ -824,6 +857,8 @@ class _Run:
         if open_tb is None:
             return
         tb = open_tb.tb
+        if open_tb.ignored:
+            self.ignored_tb_lines.add(tb.line)
         if not tb.exception:
             if not tb.frames:
                 return
@@ -863,11 +898,9 @@ class _Run:
             return
         for km in KERNEL_TEXT.finditer(msg):
             name = km.group(0)
-            if (
-                '"' in msg[max(0, km.start() - 1) : km.start()]
-                or "/" in msg[max(0, km.start() - 1) : km.start()]
-            ):
-                continue
+            before, after = msg[max(0, km.start() - 1) : km.start()], msg[km.end() : km.end() + 1]
+            if before in ('"', "/") or (before == "." and after != "("):
+                continue  # a path, a quoted file name or a module (`flashinfer.jit.x_kernel`), not a kernel
             self._kernel(name)
 
     def _kernel(self, name: str) -> None:
@@ -1108,26 +1141,24 @@ class _Run:
             if kind == "garbage_output":
                 continue
             candidates.append((line, rank, "", text, [], [rank] if rank else []))
+        candidates = [c for c in sorted(candidates, key=lambda c: c[0]) if not self._not_fatal(c)]
+        if self.ready_line is not None:
+            candidates = [c for c in candidates if c[0] > self.ready_line]
         if not candidates:
             doc.crash = None
             return
-        candidates.sort(key=lambda c: c[0])
-        if self.ready_line is not None:
-            after = [c for c in candidates if c[0] > self.ready_line]
-            if not after:
-                doc.crash = None
-                return
-            candidates = after
         real = [c for c in candidates if not WRAPPER_EXCEPTIONS.search(f"{c[2]} {c[3]}")]
         with_exc = [c for c in real if c[2]]
         # first rank to fail: the earliest exception; error lines only when no traceback explains the failure
-        chosen = with_exc[0] if with_exc else (real[0] if real else candidates[0])
+        # an exception group only contains the failure: a sub-exception, even a wrapper, says more
+        specific = [c for c in candidates if not re.match(r"(?:Base)?ExceptionGroup$", c[2])] or candidates
+        chosen = with_exc[0] if with_exc else (real[0] if real else specific[0])
         line, rank, exception, message, frames, ranks = chosen
         crash_tb = next((t for t in doc.tracebacks if t.line == line), None)
+        inner = re.search(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (.*)", message)
         if crash_tb is not None and crash_tb.chain:
             root = crash_tb.chain[0]
             exception, message = root["exception"], root["message"] or message
-        inner = re.search(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (.*)", message)
         phase, model = self._phase_at(line, rank, frames)
         if inner:
             phase = "cuda_graph_capture"
@@ -1154,6 +1185,21 @@ class _Run:
             model,
         )
         doc.timeline.sort(key=lambda e: e.line)
+
+    def _not_fatal(self, candidate: tuple[int, str | None, str, str, list[Frame], list[str]]) -> bool:
+        """A traceback or error the server lived through, or that only reports a requested stop."""
+        line, rank, exception = candidate[0], candidate[1], candidate[2]
+        if line in self.ignored_tb_lines or exception in ("KeyboardInterrupt", "SystemExit"):
+            return True
+        if self.stop_line is not None and line > self.stop_line:
+            return True
+        points = self.doc.metrics["points"]
+        if points and points[-1]["line"] > line:
+            return True  # batch statistics after it: the server kept serving
+        return any(
+            m_line > line and m_name in PROGRESS and (m_rank == rank or rank is None)
+            for m_line, _, m_rank, m_name, _ in self.milestones
+        )
 
     def _phase_at(self, line: int, rank: str | None, frames: list[Frame]) -> tuple[str | None, str | None]:
         phase: str | None = None

@@ -182,7 +182,9 @@ def parse_vllm_non_default(text: str) -> dict[str, Any]:
     try:
         value = ast.literal_eval(literal)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return {k: v for k, v in parse_kwargs(literal.strip("{}").replace(": ", "=")).items()}
+        return _parse_dict_dump(literal)[
+            0
+        ]  # one non-literal value (torch.bfloat16, <function ...>) keeps the rest
     return _json_safe(value) if isinstance(value, dict) else {}
 
 

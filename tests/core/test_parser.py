@@ -340,3 +340,91 @@ def test_the_flag_catalog_tells_defaults_from_settings_someone_made():
     assert origins["attention_backend"]["source"] == "args"  # fa3: resolved or set, not the default None
     canonical = parse_paths([LOGS / "sglang_dsv4_eagle_sm120.log"])
     assert canonical["backend_origins"]["moe_runner_backend"]["source"] == "flag"  # on the launch command
+
+
+# ---- what is and is not the crash ---------------------------------------------------------------------
+def test_a_traceback_the_server_lived_through_is_not_the_crash():
+    doc = parse_text(
+        "[2025-06-01 10:00:01] Failed to import an optional module, falling back:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/layers/quantization/__init__.py", line 20, in <module>\n'
+        "ModuleNotFoundError: No module named 'vllm'\n"
+        "[2025-06-01 10:00:05] Load weight begin. avail mem=78.00 GB\n"
+        "[2025-06-01 10:00:21] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/model_executor/model_runner.py", line 1500, in init_memory_pool\n'
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n"
+    )
+    assert doc["crash"]["exception"] == "RuntimeError" and doc["crash"]["line"] == 6
+
+
+def test_ctrl_c_a_request_error_and_shutdown_noise_are_not_crashes():
+    serving = (
+        "[2025-06-01 10:00:00] The server is fired up and ready to roll!\n"
+        "[2025-06-01 10:00:01 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, cuda graph: True, gen throughput (token/s): 50.00, #queue-req: 0, \n"
+    )
+    ctrl_c = serving + '^CTraceback (most recent call last):\n  File "/x/launch_server.py", line 14, in <module>\nKeyboardInterrupt\n'
+    request = serving + (
+        "[2025-06-01 10:00:02] Error in request:\nTraceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/managers/tokenizer_manager.py", line 500, in _validate\n'
+        "ValueError: The input (40000 tokens) is longer than the model's context length (32768 tokens).\n"
+        "[2025-06-01 10:00:03 TP0] Decode batch, #running-req: 1, #token: 95, token usage: 0.00, cuda graph: True, gen throughput (token/s): 51.00, #queue-req: 0, \n"
+    )
+    ignored = serving + (
+        "[2025-06-01 10:05:00] Shutting down\nException ignored in: <function ExecutorBase.__del__ at 0x7f>\n"
+        'Traceback (most recent call last):\n  File "/v/executor_base.py", line 9, in __del__\nRuntimeError: cannot join current thread\n'
+    )
+    for text in (ctrl_c, request, ignored):
+        doc = parse_text(text)
+        assert doc["crash"] is None and doc["outcome"] == "serving", text
+
+
+def test_warnings_that_mention_oom_or_nccl_are_not_failures():
+    doc = parse_text(
+        "WARNING 05-10 12:00:02 [config.py:1000] Using max_model_len=131072 may cause out of memory errors.\n"
+        "node1:123:123 [0] NCCL WARN NET/IB : No device found.\n"
+    )
+    assert doc["crash"] is None and doc["outcome"] == "incomplete"
+
+
+def test_one_odd_value_in_vllm_non_default_args_keeps_the_others():
+    doc = parse_text(
+        "INFO 07-10 12:00:01 [cli_args.py:325] non-default args: {'model': 'openai/gpt-oss-120b', "
+        "'tensor_parallel_size': 2, 'kv_cache_dtype': 'fp8', 'dtype': torch.bfloat16}\n"
+    )
+    assert doc["server_args"]["tensor_parallel_size"] == 2 and doc["model"] == "openai/gpt-oss-120b"
+    assert doc["backends"]["kv_cache_dtype"] == "fp8"
+
+
+def test_an_unprefixed_traceback_after_a_rankless_line_has_no_rank():
+    doc = parse_text(
+        "[2025-06-01 10:00:05 TP3] Load weight begin. avail mem=78.00 GB\n"
+        "[2025-06-01 10:00:06] Tokenizer init failed:\n"
+        'Traceback (most recent call last):\n  File "/sgl/tokenizer_manager.py", line 200, in __init__\n'
+        "OSError: Can't load tokenizer for 'm'.\n"
+    )
+    assert doc["crash"]["rank"] is None
+
+
+def test_sglang_inside_ray_is_sglang_with_its_rank():
+    doc = parse_text(
+        "(SGLangEngine pid=4242) [2025-06-01 10:00:01 TP0] Load weight begin. avail mem=78.00 GB\n"
+        "(SGLangEngine pid=4242) [2025-06-01 10:00:02 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '(SGLangEngine pid=4242)   File "/venv/site-packages/sglang/srt/managers/scheduler.py", line 10, in run\n'
+        "(SGLangEngine pid=4242) AssertionError: DeepEP requires --enable-dp-attention\n"
+    )
+    assert doc["server"] == "sglang"
+    assert doc["crash"]["rank"] == "TP0" and doc["crash"]["exception"] == "AssertionError"
+
+
+def test_an_exception_group_traceback_is_recorded():
+    doc = parse_text(
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "/v/vllm/entrypoints/openai/api_server.py", line 100, in run_server\n'
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+        "    | Traceback (most recent call last):\n"
+        '    |   File "/v/vllm/engine/multiprocessing/client.py", line 200, in run_output_handler_loop\n'
+        "    | vllm.engine.multiprocessing.MQEngineDeadError: Engine loop is not running.\n"
+        "    +------------------------------------\n"
+    )
+    assert doc["crash"]["exception"] == "vllm.engine.multiprocessing.MQEngineDeadError"
