@@ -362,7 +362,10 @@ def test_ctrl_c_a_request_error_and_shutdown_noise_are_not_crashes():
         "[2025-06-01 10:00:00] The server is fired up and ready to roll!\n"
         "[2025-06-01 10:00:01 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, cuda graph: True, gen throughput (token/s): 50.00, #queue-req: 0, \n"
     )
-    ctrl_c = serving + '^CTraceback (most recent call last):\n  File "/x/launch_server.py", line 14, in <module>\nKeyboardInterrupt\n'
+    ctrl_c = (
+        serving
+        + '^CTraceback (most recent call last):\n  File "/x/launch_server.py", line 14, in <module>\nKeyboardInterrupt\n'
+    )
     request = serving + (
         "[2025-06-01 10:00:02] Error in request:\nTraceback (most recent call last):\n"
         '  File "/sgl/python/sglang/srt/managers/tokenizer_manager.py", line 500, in _validate\n'
