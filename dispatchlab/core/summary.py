@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 
@@ -11,6 +12,12 @@ def _fmt_seconds(value: float | None) -> str:
     if value < 60:
         return f"{value:.1f}s"
     return f"{int(value // 60)}m{int(value % 60):02d}s"
+
+
+def _rank_span(ranks: list[str]) -> str:
+    if len(ranks) <= 2:
+        return ", ".join(ranks)
+    return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
 
 
 def render_summary(doc: dict[str, Any]) -> str:
@@ -59,18 +66,21 @@ def render_summary(doc: dict[str, Any]) -> str:
     if phases:
         out.append("")
         out.append("  phases")
-        for phase in phases[:24]:
-            lane = " ".join(
-                x
-                for x in (phase.get("rank"), phase.get("model") if phase.get("model") == "draft" else None)
-                if x
-            )
-            extra = f"  ({phase['detail']})" if phase.get("detail") else ""
+        # one row per phase and model: ranks that went through it the same way are folded together
+        rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        for phase in phases:
+            rows.setdefault(
+                (phase["name"], phase.get("model") or "main", phase.get("detail") or ""), []
+            ).append(phase)
+        for (name, model, detail), group in list(rows.items())[:16]:
+            ranks = [p["rank"] for p in group if p.get("rank")]
+            lane = _rank_span(ranks) + (" draft" if model == "draft" else "")
+            seconds = [p["seconds"] for p in group if p.get("seconds") is not None]
+            took = _fmt_seconds(max(seconds)) if seconds else "?"
+            extra = f"  ({detail})" if detail else ""
             out.append(
-                f"  {lane or '-':<14} {phase['name']:<20} {_fmt_seconds(phase.get('seconds')):>8}  line {phase['start_line']}{extra}"
+                f"  {lane.strip() or '-':<16} {name:<20} {took:>8}  line {group[0]['start_line']}{extra}"
             )
-        if len(phases) > 24:
-            out.append(f"  ... {len(phases) - 24} more")
 
     crash = doc.get("crash")
     if crash:
@@ -95,14 +105,22 @@ def render_summary(doc: dict[str, Any]) -> str:
             out.append(f"  [{match['confidence']:.2f}] {match['id']}: {match['title']}")
             fix = match.get("fix") or {}
             if fix.get("summary"):
-                out.append(f"         fix: {fix['summary']}")
+                text = " ".join(fix["summary"].split())
+                out.append(
+                    textwrap.fill(text, 110, initial_indent="         fix: ", subsequent_indent=" " * 14)
+                )
             if fix.get("args"):
                 out.append(
                     "         args: "
                     + " ".join(f"{k} {v}" if v is not True else k for k, v in fix["args"].items())
                 )
             for tried in fix.get("tried_and_failed") or []:
-                out.append(f"         tried, did not help: {tried}")
+                text = " ".join(tried.split())
+                out.append(
+                    textwrap.fill(
+                        text, 110, initial_indent="         tried, did not help: ", subsequent_indent=" " * 14
+                    )
+                )
             if match.get("lines"):
                 out.append("         evidence lines: " + ", ".join(str(n) for n in match["lines"][:8]))
     return "\n".join(out) + "\n"
