@@ -14,6 +14,14 @@ def _fmt_seconds(value: float | None) -> str:
     return f"{int(value // 60)}m{int(value % 60):02d}s"
 
 
+def _arg_patch(args: dict[str, Any]) -> str:
+    """`--flag value`, a bare `--flag` for true, `(remove --flag)` for false."""
+    parts = []
+    for flag, value in args.items():
+        parts.append(flag if value is True else f"(remove {flag})" if value is False else f"{flag} {value}")
+    return " ".join(parts)
+
+
 def _rank_span(ranks: list[str]) -> str:
     if len(ranks) <= 2:
         return ", ".join(ranks)
@@ -110,10 +118,7 @@ def render_summary(doc: dict[str, Any]) -> str:
                     textwrap.fill(text, 110, initial_indent="         fix: ", subsequent_indent=" " * 14)
                 )
             if fix.get("args"):
-                out.append(
-                    "         args: "
-                    + " ".join(f"{k} {v}" if v is not True else k for k, v in fix["args"].items())
-                )
+                out.append("         args: " + _arg_patch(fix["args"]))
             for tried in fix.get("tried_and_failed") or []:
                 text = " ".join(tried.split())
                 out.append(
