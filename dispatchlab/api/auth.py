@@ -10,7 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
 from dispatchlab.reports.models import ApiToken, Membership, Project, Report
-from dispatchlab.reports.selectors import projects_of, reports_visible_to
+from dispatchlab.reports.selectors import projects_of, projects_uploadable_by, reports_visible_to
 from dispatchlab.reports.services import apitoken_authenticate
 
 
@@ -23,6 +23,14 @@ class Caller:
         if self.token is not None:
             return Project.objects.filter(id=self.token.project_id)
         return projects_of(self.user)
+
+    def upload_projects(self) -> QuerySet[Project]:
+        """The projects this caller may upload to (a member's, never a viewer's)."""
+        if self.token is not None:
+            if self.token.read_only:
+                return Project.objects.none()
+            return projects_uploadable_by(self.user).filter(id=self.token.project_id)
+        return projects_uploadable_by(self.user)
 
     def reports(self) -> QuerySet[Report]:
         reports = reports_visible_to(self.user)

@@ -133,7 +133,7 @@ UPLOAD = {
         "launch_command": {"type": "string"},
         "project": {
             "type": "string",
-            "description": "project slug; needed only for a session in several projects",
+            "description": "project slug; needed only by a caller who can upload to several projects",
         },
     },
 }
@@ -224,7 +224,9 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
                         "X-Dispatchlab-Timestamp (unix seconds) is sent; then deliveries older than 5 "
                         "minutes are refused. X-Dispatchlab-Delivery makes a repeat return the first "
                         "delivery's report. The project is the one whose secret signed the body; "
-                        "?project=<slug> or X-Dispatchlab-Project narrows the search."
+                        "?project=<slug> or X-Dispatchlab-Project narrows the search. A JSON body is "
+                        "limited to DISPATCHLAB_MAX_JSON_BYTES (413 above it); send larger logs as "
+                        "multipart."
                     ),
                     "security": [],
                     "parameters": [

@@ -27,14 +27,18 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from dispatchlab.api.auth import Caller, authenticate, error
 from dispatchlab.api.schema import openapi_schema
 from dispatchlab.reports.models import Project, Report
-from dispatchlab.reports.services import UploadRejected, UploadTooLarge, report_submit
+from dispatchlab.reports.services import (
+    UPLOAD_ENVELOPE_BYTES,
+    UploadRejected,
+    UploadTooLarge,
+    report_submit,
+    upload_refuse_by_length,
+)
 
 MAX_WAIT_SECONDS = 60
 WAIT_POLL_SECONDS = 0.2
 LIST_LIMIT = 100
-MAX_UNNAMED_PROJECTS = 20
-# Room for the multipart envelope around files of the maximum upload size.
-ENVELOPE_BYTES = 1024 * 1024
+ENVELOPE_BYTES = UPLOAD_ENVELOPE_BYTES
 
 
 def _report_url(request: HttpRequest, report: Report) -> str:
@@ -87,14 +91,23 @@ def _summary(request: HttpRequest, report: Report) -> dict[str, Any]:
     }
 
 
-def _too_large(request: HttpRequest) -> JsonResponse | None:
+def _too_large(
+    request: HttpRequest,
+    *,
+    limit: int | None = None,
+    envelope: int = ENVELOPE_BYTES,
+    what: str = "the upload",
+    hint: str = "",
+) -> JsonResponse | None:
+    """413 (or 400 for a Content-Length that is not a number) by the declared length, before reading."""
     try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return error("bad Content-Length", 400)
-    limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES
-    if length > limit + ENVELOPE_BYTES:
-        return error(f"the upload is {length:,} bytes; the limit is {limit:,} bytes", 413)
+        upload_refuse_by_length(
+            content_length=request.META.get("CONTENT_LENGTH"), limit=limit, envelope=envelope, what=what
+        )
+    except UploadTooLarge as rejected:
+        return error(" ".join(rejected.messages) + hint, 413)
+    except UploadRejected as rejected:
+        return error(" ".join(rejected.messages), 400)
     return None
 
 
@@ -102,18 +115,21 @@ def _pick_project(caller: Caller, requested: str) -> Project | JsonResponse:
     projects = caller.projects()
     if requested:
         match = Q(slug=requested) | Q(name=requested)
-        if requested.isdigit():
+        if requested.isascii() and requested.isdigit() and len(requested) <= 12:
             match |= Q(id=int(requested))
         project = projects.filter(match).first()
         if project is None:
             return error("no such project", 404)
         return project
-    choices = list(projects[:2])
+    # Unnamed, the project is the one the caller can upload to; projects it only reads don't count.
+    choices = list(caller.upload_projects()[:2])
     if len(choices) == 1:
         return choices[0]
-    if not choices:
-        return error("you are not a member of any project", 403)
-    return error("you are in several projects: send the 'project' field (its slug)", 400)
+    if len(choices) > 1:
+        return error("you are in several projects: send the 'project' field (its slug)", 400)
+    if projects.exists():
+        return error("you may read this project's reports but not upload", 403)
+    return error("you are not a member of any project", 403)
 
 
 def _wait_for(report: Report, seconds: float) -> Report:
@@ -254,23 +270,34 @@ def _hook_fields(
     return fields, [ContentFile(log.encode("utf-8", "replace"), name=name)]
 
 
-def _hook_candidates(request: HttpRequest) -> dict[int, str] | JsonResponse:
+def _hook_candidates(request: HttpRequest) -> dict[int, str]:
+    """The projects whose secret may have signed the delivery: every project, or the one the sender
+    names (?project=<slug> or X-Dispatchlab-Project), which the webhook's contract does not require.
+    Each candidate costs an HMAC over the body, all computed in the one pass that reads it."""
     wanted = request.GET.get("project") or request.headers.get("X-Dispatchlab-Project", "")
-    projects = Project.objects.all()
+    projects = Project.objects.order_by("id")
     if wanted:
         projects = projects.filter(slug=wanted)
-    candidates = dict(projects.values_list("id", "webhook_secret")[: MAX_UNNAMED_PROJECTS + 1])
-    if len(candidates) > MAX_UNNAMED_PROJECTS:
-        # Each candidate costs an HMAC over the whole body: past a few, the sender names its project.
-        return error("name the project: ?project=<slug> or X-Dispatchlab-Project", 400)
-    return candidates
+    return dict(projects.values_list("id", "webhook_secret"))
 
 
 @csrf_exempt  # authenticated by the HMAC signature, not a session
 @require_POST
 def ci_hook(request: HttpRequest) -> HttpResponse:
     """A CI job reports a failure: verify the signature, store the log, optionally wait for the parse."""
-    too_large = _too_large(request)
+    if request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
+        body_limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES + ENVELOPE_BYTES
+        too_large = _too_large(request)
+    else:
+        # A JSON body is decoded whole in memory: it gets its own, lower limit.
+        body_limit = settings.DISPATCHLAB_MAX_JSON_BYTES
+        too_large = _too_large(
+            request,
+            limit=body_limit,
+            envelope=0,
+            what="the JSON body",
+            hint="; send a larger log as multipart, in the field 'file'",
+        )
     if too_large is not None:
         return too_large
     signature = request.headers.get("X-Dispatchlab-Signature", "")
@@ -295,8 +322,6 @@ def ci_hook(request: HttpRequest) -> HttpResponse:
         return error("wait must be a number of seconds (at most 60)", 400)
 
     candidates = _hook_candidates(request)
-    if isinstance(candidates, JsonResponse):
-        return candidates
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
         try:
             body = _read_signed(
@@ -304,7 +329,7 @@ def ci_hook(request: HttpRequest) -> HttpResponse:
                 spool,  # type: ignore[arg-type]
                 candidates,
                 prefix,
-                settings.DISPATCHLAB_MAX_UPLOAD_BYTES + ENVELOPE_BYTES,
+                body_limit,
             )
         except UploadRejected as rejected:
             return error(" ".join(rejected.messages), 413)

@@ -230,6 +230,8 @@ WHITENOISE_USE_FINDERS = True
 # With finders serving static/, an empty STATIC_ROOT (no collectstatic yet) is expected, not a problem.
 warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 DISPATCHLAB_MAX_UPLOAD_BYTES = env_int("DISPATCHLAB_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)
+# A JSON webhook body is decoded whole in memory, so it gets a lower limit than a streamed upload.
+DISPATCHLAB_MAX_JSON_BYTES = env_int("DISPATCHLAB_MAX_JSON_BYTES", 64 * 1024**2, minimum=1)
 # Larger uploads stream to a temporary file instead of memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024

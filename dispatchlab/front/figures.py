@@ -64,7 +64,7 @@ def _rank_key(rank: str | None) -> tuple[Any, ...]:
     if rank is None:
         return (0,)
     parts = re.split(r"(\d+)", rank)
-    return (1, *[(0, int(p)) if p.isdigit() else (1, p) for p in parts if p])
+    return (1, *[(0, int(p)) if p.isascii() and p.isdigit() else (1, p) for p in parts if p])
 
 
 def lane_label(rank: str | None, model: str | None) -> str:

@@ -1,7 +1,13 @@
-"""Filters of the reports and groups lists: GET parameters, validated by a form, applied server-side."""
+"""Filters of the reports and groups lists: GET parameters, validated by a form, applied server-side.
+
+A filter value is taken as given, whether or not a visible report has it yet: a value that matches
+nothing lists nothing, and a value that cannot be read (an unknown status, a malformed backend key)
+lists nothing too, with the form's error, never the unfiltered list.
+"""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -9,6 +15,8 @@ from django import forms
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
 from dispatchlab.reports.models import FailureGroup, Report
@@ -21,13 +29,33 @@ def _choices(values: list[str], *, blank: str = "any") -> list[tuple[str, str]]:
     return [("", blank)] + [(value, value) for value in values if value]
 
 
+class SuggestionsInput(forms.TextInput):
+    """A text input with a <datalist> of known values: it suggests them, and takes any other."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs={"placeholder": "any", **(attrs or {})})
+        self.suggestions: list[str] = []
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> SafeString:
+        list_id = f"{(attrs or {}).get('id') or f'id_{name}'}-suggestions"
+        html = super().render(name, value, {**(attrs or {}), "list": list_id}, renderer)
+        options = format_html_join("", '<option value="{}">', ((item,) for item in self.suggestions))
+        return format_html('{}<datalist id="{}">{}</datalist>', html, list_id, options)
+
+
+def _suggested(max_length: int, **kwargs: Any) -> forms.CharField:
+    return forms.CharField(required=False, max_length=max_length, widget=SuggestionsInput(), **kwargs)
+
+
 class ReportFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, label="text")
-    project = forms.ChoiceField(required=False)
-    server = forms.ChoiceField(required=False)
-    arch = forms.ChoiceField(required=False)
+    project = _suggested(100)
+    server = _suggested(20)
+    arch = _suggested(20)
     failure_class = forms.ChoiceField(required=False, label="failure class")
-    signature = forms.ChoiceField(required=False)
+    signature = _suggested(200)
     backend = forms.CharField(
         required=False,
         max_length=120,
@@ -42,13 +70,18 @@ class ReportFilterForm(forms.Form):
             values = reports.order_by(column).values_list(column, flat=True).distinct()
             return [str(v) for v in values[:200] if v]
 
-        self.fields["project"].choices = _choices([p.slug for p in projects])
-        self.fields["server"].choices = _choices(distinct("server"))
-        self.fields["arch"].choices = _choices(distinct("arch"))
+        # Suggestions only: a value no visible report has yet still filters (and lists nothing).
+        suggestions = {
+            "project": [p.slug for p in projects],
+            "server": distinct("server"),
+            "arch": distinct("arch"),
+            "signature": distinct("top_match_id"),
+        }
+        for name, values in suggestions.items():
+            self.fields[name].widget.suggestions = values  # type: ignore[attr-defined]
         self.fields["failure_class"].choices = _choices(
             sorted(set(FAILURE_CLASSES) | set(distinct("failure_class")))
         )
-        self.fields["signature"].choices = _choices(distinct("top_match_id"))
 
     def clean_backend(self) -> str:
         value = str(self.cleaned_data.get("backend") or "").strip()
@@ -60,7 +93,8 @@ class ReportFilterForm(forms.Form):
 
 
 def backend_filter(reports: QuerySet[Report], value: str) -> QuerySet[Report]:
-    """key=value matches that key of the main or the draft model; a bare value matches any key."""
+    """key=value matches that key of the main or the draft model; a bare value matches the value of
+    any key (never a key's name)."""
     if "=" in value:
         key, wanted = (part.strip() for part in value.split("=", 1))
         key = key.removeprefix("draft_")
@@ -68,9 +102,12 @@ def backend_filter(reports: QuerySet[Report], value: str) -> QuerySet[Report]:
             _main=KeyTextTransform(key, "backend_values"),
             _draft=KeyTextTransform(f"draft_{key}", "backend_values"),
         ).filter(Q(_main__iexact=wanted) | Q(_draft__iexact=wanted))
-    # the JSON text of the column holds every value as "value" (quoted)
+    # The column's JSON text ({"key": "value", ...}, as json.dumps and PostgreSQL's jsonb both write
+    # it) holds each string value after a colon and a space; a key is preceded by "{" or ", ".
+    # A colon inside a string is written escaped before its quote, so it cannot fake the pattern.
+    needle = json.dumps(value, ensure_ascii=False)
     return reports.alias(_backends=Cast("backend_values", TextField())).filter(
-        _backends__icontains=f'"{value}"'
+        _backends__icontains=f": {needle}"
     )
 
 
@@ -90,14 +127,16 @@ def text_filter(reports: QuerySet[Report], text: str) -> QuerySet[Report]:
     ):
         query |= Q(**{f"{column}__icontains": text})
     query |= Q(fingerprint__istartswith=text)
-    if text.isdigit():
+    if text.isascii() and text.isdigit() and len(text) <= 12:
         query |= Q(pk=int(text))
     # the join on files can repeat a report: keep ids in a subquery instead of .distinct() on big rows
     return reports.filter(pk__in=Report.objects.filter(query).values("pk"))
 
 
 def filter_reports(reports: QuerySet[Report], form: ReportFilterForm) -> QuerySet[Report]:
-    form.is_valid()  # an invalid field is left out; the valid ones still filter
+    if not form.is_valid():
+        # Leaving the bad field out would widen the list to reports the user did not ask for.
+        return reports.none()
     data = form.cleaned_data
     for field, column in (
         ("project", "project__slug"),
@@ -125,7 +164,8 @@ class GroupFilterForm(forms.Form):
 
 
 def filter_groups(groups: QuerySet[FailureGroup], form: GroupFilterForm) -> QuerySet[FailureGroup]:
-    form.is_valid()
+    if not form.is_valid():
+        return groups.none()
     data = form.cleaned_data
     if data.get("failure_class"):
         groups = groups.filter(failure_class=data["failure_class"])

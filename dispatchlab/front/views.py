@@ -13,12 +13,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Count, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from dispatchlab.front import figures, presenters
@@ -32,6 +34,9 @@ PAGE_SIZE = 50
 SPARK_DAYS = 30
 # list pages never load the (large) document column
 LIST_DEFER = ("document", "backend_values", "launch_command")
+# Whether a report has a stored document, without loading it. A report keeps its document while it
+# is analysed again, so pages branch on this, not on the status.
+HAS_DOCUMENT = ExpressionWrapper(Q(document__isnull=False), output_field=BooleanField())
 
 
 def _projects(user: Any) -> QuerySet[Project]:
@@ -53,13 +58,19 @@ def _groups(user: Any) -> QuerySet[FailureGroup]:
 def _report_or_404(request: HttpRequest, report_id: int, *, with_document: bool = True) -> Report:
     reports = _reports(request.user).select_related("project", "group")
     if not with_document:
-        reports = reports.defer(*LIST_DEFER)
+        reports = reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT)
     return get_object_or_404(reports, pk=report_id)
+
+
+def _rows(reports: QuerySet[Report]) -> QuerySet[Report]:
+    """Reports as list rows: without the large columns, with `has_document`."""
+    return reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT)
 
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
     raw = request.GET.get(name, "").strip()
-    if not raw.isdigit() or len(raw) > 12:
+    # isdigit() alone takes "²" and other digits int() refuses
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
         return None
     return int(raw)
 
@@ -73,61 +84,97 @@ def _wants_json(request: HttpRequest) -> bool:
     ) == "XMLHttpRequest" or "application/json" in request.headers.get("accept", "")
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def upload(request: HttpRequest) -> HttpResponse:
-    projects = list(_upload_projects(request.user))
-    errors: list[str] = []
-    if request.method == "POST":
-        files = request.FILES.getlist("file")
-        slug = request.POST.get("project", "")
-        project = next((p for p in projects if p.slug == slug), None)
-        if project is None and len(projects) == 1 and not slug:
-            project = projects[0]
-        if project is None:
-            errors.append("Choose a project you can upload to.")
-        if not files:
-            errors.append("Choose at least one log file.")
-        if not errors:
-            from dispatchlab.reports.services import UploadRejected, report_create
+def _csrf_rejection(request: HttpRequest) -> HttpResponse | None:
+    """The CSRF middleware's check, run by a view that must look at the request before its body."""
 
-            try:
-                report = report_create(
-                    project=project,
-                    user=request.user,
-                    files=files,
-                    title=request.POST.get("title", "")[:300],
-                    launch_command=request.POST.get("launch_command", ""),
-                )
-            except UploadRejected as error:  # too large, too many files: a message for people
-                errors.extend(error.messages)
-            else:
-                if _wants_json(request):
-                    return JsonResponse(
-                        {
-                            "id": report.pk,
-                            "status": report.status,
-                            "url": reverse("front:report", args=[report.pk]),
-                            "status_url": reverse("front:report_status", args=[report.pk]),
-                        },
-                        status=201,
-                    )
-                return redirect("front:report", report_id=report.pk)
-        if _wants_json(request):
-            return JsonResponse({"error": " ".join(errors)}, status=400)
+    def no_view(request: HttpRequest) -> None:
+        return None
+
+    check = CsrfViewMiddleware(no_view)  # type: ignore[arg-type]
+    check.process_request(request)
+    return check.process_view(request, no_view, (), {})
+
+
+def _upload_page(
+    request: HttpRequest, projects: list[Project], errors: list[str], status: int
+) -> HttpResponse:
+    if errors and _wants_json(request):
+        return JsonResponse({"error": " ".join(errors)}, status=status)
     return render(
         request,
         "front/upload.html",
         {"projects": projects, "errors": errors, "max_bytes": settings.DISPATCHLAB_MAX_UPLOAD_BYTES},
-        status=400 if errors else 200,
+        status=status,
     )
+
+
+# csrf_exempt: the middleware reads the whole body (looking for the token) before any view runs; this
+# view first refuses a body too large by its declared length, then runs the same CSRF check itself.
+@csrf_exempt
+@login_required
+@require_http_methods(["GET", "POST"])
+def upload(request: HttpRequest) -> HttpResponse:
+    from dispatchlab.reports.services import (
+        UploadRejected,
+        UploadTooLarge,
+        report_create,
+        upload_refuse_by_length,
+    )
+
+    projects = list(_upload_projects(request.user))
+    if request.method != "POST":
+        return _upload_page(request, projects, [], 200)
+    try:
+        upload_refuse_by_length(content_length=request.META.get("CONTENT_LENGTH"))
+    except UploadRejected as rejected:
+        status = 413 if isinstance(rejected, UploadTooLarge) else 400
+        return _upload_page(request, projects, list(rejected.messages), status)
+    rejection = _csrf_rejection(request)
+    if rejection is not None:
+        return rejection
+    errors: list[str] = []
+    files = request.FILES.getlist("file")
+    slug = request.POST.get("project", "")
+    project = next((p for p in projects if p.slug == slug), None)
+    if project is None and len(projects) == 1 and not slug:
+        project = projects[0]
+    if project is None:
+        errors.append("Choose a project you can upload to.")
+    if not files:
+        errors.append("Choose at least one log file.")
+    if errors:
+        return _upload_page(request, projects, errors, 400)
+    try:
+        report = report_create(
+            project=project,
+            user=request.user,
+            files=files,
+            title=request.POST.get("title", "")[:300],
+            launch_command=request.POST.get("launch_command", ""),
+        )
+    except UploadRejected as rejected:  # too large, too many files: a message for people
+        status = 413 if isinstance(rejected, UploadTooLarge) else 400
+        return _upload_page(request, projects, list(rejected.messages), status)
+    if _wants_json(request):
+        return JsonResponse(
+            {
+                "id": report.pk,
+                "status": report.status,
+                "url": reverse("front:report", args=[report.pk]),
+                "status_url": reverse("front:report_status", args=[report.pk]),
+            },
+            status=201,
+        )
+    return redirect("front:report", report_id=report.pk)
 
 
 # ---- a report ----
 
 
-def _status_context(report: Report) -> dict[str, Any]:
-    return {"report": report, "progress": round(report.progress or 0.0, 1)}
+def _status_context(report: Report, *, has_document: bool) -> dict[str, Any]:
+    # has_document: the report is being (or was) analysed again; the fragment is then a banner over
+    # the diagnosis it already has.
+    return {"report": report, "progress": round(report.progress or 0.0, 1), "has_document": has_document}
 
 
 @login_required
@@ -136,7 +183,8 @@ def report_status(request: HttpRequest, report_id: int) -> HttpResponse:
     """The live-progress fragment. htmx polls it; once the report is done it sends the browser to
     the report page (HX-Redirect), and a failed report stops the polling by not asking again."""
     report = _report_or_404(request, report_id, with_document=False)
-    response = render(request, "front/partials/report_status.html", _status_context(report))
+    context = _status_context(report, has_document=report.has_document)  # type: ignore[attr-defined]
+    response = render(request, "front/partials/report_status.html", context)
     if report.status == Report.Status.DONE and request.headers.get("HX-Request"):
         response["HX-Redirect"] = reverse("front:report", args=[report.pk])
     return response
@@ -146,9 +194,11 @@ def report_status(request: HttpRequest, report_id: int) -> HttpResponse:
 @require_GET
 def report(request: HttpRequest, report_id: int) -> HttpResponse:
     report = _report_or_404(request, report_id)
-    context: dict[str, Any] = {"report": report, **_status_context(report)}
     doc = report.document if isinstance(report.document, dict) else None
-    if report.status != Report.Status.DONE or doc is None:
+    # A stored document stays on show while the report is analysed again (after a knowledge-base
+    # change); the status fragment becomes a banner above it.
+    context: dict[str, Any] = {"report": report, **_status_context(report, has_document=doc is not None)}
+    if doc is None:
         return render(request, "front/report.html", context)
     matches = presenters.match_views(doc)
     context.update(
@@ -165,10 +215,8 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
         crash_line=presenters.crash_line(doc),
         files=list(report.files.all()),
         compare_with=list(
-            _reports(request.user)
-            .filter(project=report.project, status=Report.Status.DONE)
+            _rows(_reports(request.user).filter(project=report.project, document__isnull=False))
             .exclude(pk=report.pk)
-            .defer(*LIST_DEFER)
             .order_by("-created_at")[:30]
         ),
     )
@@ -231,7 +279,7 @@ def log(request: HttpRequest, report_id: int) -> HttpResponse:
 def report_list(request: HttpRequest) -> HttpResponse:
     reports = _reports(request.user)
     form = ReportFilterForm(request.GET, reports=reports, projects=_projects(request.user))
-    reports = filter_reports(reports, form).select_related("project", "group").defer(*LIST_DEFER)
+    reports = _rows(filter_reports(reports, form).select_related("project", "group"))
     page = Paginator(reports.order_by("-created_at", "-id"), PAGE_SIZE).get_page(request.GET.get("page"))
     return render(
         request,
@@ -310,7 +358,7 @@ def group(request: HttpRequest, group_id: int) -> HttpResponse:
     group = get_object_or_404(_groups(request.user).select_related("project"), pk=group_id)
     reports = _reports(request.user).filter(group=group)
     page = Paginator(
-        reports.select_related("project").defer(*LIST_DEFER).order_by("-created_at", "-id"), PAGE_SIZE
+        _rows(reports.select_related("project")).order_by("-created_at", "-id"), PAGE_SIZE
     ).get_page(request.GET.get("page"))
     days = 90
     return render(
@@ -337,7 +385,7 @@ def group(request: HttpRequest, group_id: int) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     reports = _reports(request.user)
     a_id, b_id = _int_param(request, "a"), _int_param(request, "b")
-    choices = list(reports.filter(status=Report.Status.DONE).defer(*LIST_DEFER).order_by("-created_at")[:100])
+    choices = list(_rows(reports.filter(document__isnull=False)).order_by("-created_at")[:100])
     context: dict[str, Any] = {"choices": choices, "a_id": a_id, "b_id": b_id}
     if a_id is None or b_id is None:
         return render(request, "front/compare.html", context)

@@ -42,6 +42,8 @@ from dispatchlab.reports.models import ApiToken, FailureGroup, Membership, Proje
 logger = logging.getLogger(__name__)
 
 MAX_FILES_PER_REPORT = 100
+# Room for the multipart envelope (boundaries, other fields) around files of the maximum upload size.
+UPLOAD_ENVELOPE_BYTES = 1024 * 1024
 PROGRESS_EVERY_SECONDS = 0.5
 # Share of the progress bar spent parsing; the rest is the line index.
 PARSE_SHARE = 90.0
@@ -183,6 +185,30 @@ def _checksum(files: Sequence[File]) -> str:
             digest.update(chunk)
         file.seek(0)
     return digest.hexdigest()
+
+
+def upload_refuse_by_length(
+    *,
+    content_length: str | None,
+    limit: int | None = None,
+    envelope: int = UPLOAD_ENVELOPE_BYTES,
+    what: str = "the upload",
+) -> None:
+    """Refuse a request by its declared Content-Length, before a byte of the body is read.
+
+    UploadTooLarge when it is over `limit` (default DISPATCHLAB_MAX_UPLOAD_BYTES) plus `envelope`;
+    UploadRejected when the header is not a number. Without the header nothing is refused here: the
+    body is then counted as it streams.
+    """
+    raw = (content_length or "").strip()
+    if not raw:
+        return
+    if not (raw.isascii() and raw.isdigit()):
+        raise UploadRejected("bad Content-Length")
+    limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES if limit is None else limit
+    length = int(raw)
+    if length > limit + envelope:
+        raise UploadTooLarge(f"{what} is {length:,} bytes; the limit is {limit:,} bytes")
 
 
 def _enqueue(report_id: int) -> None:
@@ -606,8 +632,10 @@ def _report_store(
         report.index_path = str(index_path)
         report.line_count = line_count
         report.save()
-        for group_id in {old_group_id, group.id if group else None} - {None}:
-            failuregroup_refresh(group_id=group_id)  # type: ignore[arg-type]
+        # In id order, so two workers moving reports between the same groups lock them alike.
+        touched = {old_group_id, group.id if group is not None else None}
+        for group_id in sorted(gid for gid in touched if gid is not None):
+            failuregroup_refresh(group_id=group_id)
         if group is not None:
             # The newest diagnosis names the group.
             FailureGroup.objects.filter(id=group.id).update(
@@ -617,16 +645,24 @@ def _report_store(
 
 
 def failuregroup_refresh(*, group_id: int) -> None:
-    """Recount a group from its reports; a group left without reports is deleted."""
-    stats = Report.objects.filter(group_id=group_id).aggregate(
-        count=Count("id"), first_seen=Min("created_at"), last_seen=Max("created_at")
-    )
-    if not stats["count"]:
-        FailureGroup.objects.filter(id=group_id).delete()
-        return
-    FailureGroup.objects.filter(id=group_id).update(
-        count=stats["count"], first_seen=stats["first_seen"], last_seen=stats["last_seen"]
-    )
+    """Recount a group from its reports; a group left without reports is deleted.
+
+    The group row is locked before counting: two workers moving reports into the same group would
+    otherwise each count without the other's uncommitted report, and the later write would be short.
+    Waiting for the lock lets the count see the other transaction once it has committed.
+    """
+    with transaction.atomic():
+        if FailureGroup.objects.select_for_update().filter(id=group_id).first() is None:
+            return
+        stats = Report.objects.filter(group_id=group_id).aggregate(
+            count=Count("id"), first_seen=Min("created_at"), last_seen=Max("created_at")
+        )
+        if not stats["count"]:
+            FailureGroup.objects.filter(id=group_id).delete()
+            return
+        FailureGroup.objects.filter(id=group_id).update(
+            count=stats["count"], first_seen=stats["first_seen"], last_seen=stats["last_seen"]
+        )
 
 
 # ---------------------------------------------------------------- re-matching and recovery

@@ -96,6 +96,59 @@ def test_concurrent_claims_on_postgresql_give_the_report_to_one(stack, crash_log
     assert results.count(True) == 1 and results.count(False) == 7
 
 
+RACE_SCRIPT = """
+import json, threading, time
+from django.db import connection, transaction
+from dispatchlab.reports.models import FailureGroup, Report
+from dispatchlab.reports.services import failuregroup_refresh, project_create
+
+project = project_create(name="race-{tag}")
+group = FailureGroup.objects.create(project=project, fingerprint="race", count=1)
+def report(n, group=None):
+    return Report.objects.create(project=project, checksum=f"{tag}{{n:056x}}", group=group)
+report(1, group)
+second, third = report(2), report(3)
+a_counted, b_started = threading.Event(), threading.Event()
+
+def worker_a():
+    try:
+        with transaction.atomic():
+            Report.objects.filter(id=second.id).update(group=group)
+            failuregroup_refresh(group_id=group.id)
+            a_counted.set()
+            b_started.wait(10)
+            time.sleep(0.5)  # B counts now, or waits for A's lock on the group
+    finally:
+        connection.close()
+
+def worker_b():
+    try:
+        a_counted.wait(10)
+        with transaction.atomic():
+            Report.objects.filter(id=third.id).update(group=group)
+            b_started.set()
+            failuregroup_refresh(group_id=group.id)
+    finally:
+        connection.close()
+
+threads = [threading.Thread(target=worker_a), threading.Thread(target=worker_b)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+group.refresh_from_db()
+print(json.dumps([group.count, Report.objects.filter(group=group).count()]))
+"""
+
+
+def test_two_workers_joining_one_group_at_once_count_both_reports(stack):
+    # Two reports join a group in concurrent transactions: neither sees the other's uncommitted row,
+    # so without a lock on the group the second recount overwrites the first with a count one short.
+    script = RACE_SCRIPT.format(tag=secrets.token_hex(4))
+    stored, actual = json.loads(stack.manage("shell", "-c", script).strip().splitlines()[-1])
+    assert (stored, actual) == (3, 3)
+
+
 def test_a_killed_worker_process_does_not_lose_the_report(stack, crash_log):
     # big enough that the parse is still running when its process is killed
     log = unique(crash_log) * 1 + b"".join(

@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from django.core.files.base import ContentFile
 from django.test import Client
 
 from dispatchlab.reports.models import Report
@@ -334,16 +335,81 @@ def test_the_schema_describes_the_contract(client, charlie_client):
     assert charlie_client.get("/api/schema/").json() == schema
 
 
-def test_a_delivery_that_names_no_project_among_many_is_asked_to(client, acme, oom_log):
-    from dispatchlab.api.views import MAX_UNNAMED_PROJECTS
+def test_a_delivery_finds_its_project_among_many_without_naming_it(client, acme, umbrella, oom_log):
     from dispatchlab.reports.models import Project
 
-    for n in range(MAX_UNNAMED_PROJECTS):
+    for n in range(60):
         Project.objects.create(name=f"p{n}", slug=f"p{n}")
     body = hook_body(oom_log)
     response = client.post(HOOK, body, content_type="application/json", **sign(acme.webhook_secret, body))
-    assert response.status_code == 400 and "name the project" in response.json()["error"]
+    assert response.status_code == 201, response.content
+    assert Report.objects.get(id=response.json()["id"]).project == acme
+    # naming the project still narrows the search: charlie's secret does not sign for acme
+    body = hook_body(oom_log, job="again")
     response = client.post(
-        f"{HOOK}?project=acme", body, content_type="application/json", **sign(acme.webhook_secret, body)
+        f"{HOOK}?project=acme", body, content_type="application/json", **sign(umbrella.webhook_secret, body)
     )
-    assert response.status_code == 201
+    assert response.status_code == 401
+    response = client.post(
+        HOOK,
+        body,
+        content_type="application/json",
+        HTTP_X_DISPATCHLAB_PROJECT="umbrella",
+        **sign(umbrella.webhook_secret, body),
+    )
+    assert response.status_code == 201 and Report.objects.get(id=response.json()["id"]).project == umbrella
+
+
+def test_a_json_delivery_over_the_json_limit_is_refused_before_it_is_read(client, acme, oom_log, settings):
+    settings.DISPATCHLAB_MAX_JSON_BYTES = 1000
+    body = hook_body(oom_log)
+    assert len(body) > 1000
+    response = client.post(HOOK, body, content_type="application/json", **sign(acme.webhook_secret, body))
+    assert response.status_code == 413 and "1,000 bytes" in response.json()["error"]
+    # the declared length alone refuses it: reading the body would fail the test client
+    response = client.post(
+        HOOK,
+        b"{}",
+        content_type="application/json",
+        CONTENT_LENGTH=str(10 * 1024 * 1024),
+        **sign(acme.webhook_secret, b"{}"),
+    )
+    assert response.status_code == 413
+    assert not Report.objects.exists()
+
+
+def test_a_multipart_delivery_is_not_held_to_the_json_limit(client, acme, oom_log, settings):
+    settings.DISPATCHLAB_MAX_JSON_BYTES = 1000
+    from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+
+    body = encode_multipart(BOUNDARY, {"job": "nightly", "file": ContentFile(oom_log, name="server.log")})
+    response = client.generic(
+        "POST", HOOK, body, content_type=MULTIPART_CONTENT, **sign(acme.webhook_secret, body)
+    )
+    assert response.status_code == 201, response.content
+
+
+def test_a_session_upload_goes_to_the_one_project_the_user_can_upload_to(
+    client, alice, acme, umbrella, make_upload
+):
+    from dispatchlab.reports.models import Membership
+
+    Membership.objects.create(user=alice, project=umbrella, role=Membership.Role.VIEWER)
+    client.force_login(alice)
+    response = client.post(REPORTS, {"file": make_upload()})
+    assert response.status_code == 201, response.content
+    assert Report.objects.get().project == acme
+
+
+def test_a_viewer_of_several_projects_is_told_it_cannot_upload(client, bob, acme, umbrella, make_upload):
+    from dispatchlab.reports.models import Membership
+
+    Membership.objects.create(user=bob, project=umbrella, role=Membership.Role.VIEWER)
+    client.force_login(bob)
+    response = client.post(REPORTS, {"file": make_upload()})
+    assert response.status_code == 403 and not Report.objects.exists()
+
+
+def test_a_project_named_with_unicode_digits_is_not_found(alice_client, acme, make_upload):
+    response = alice_client.post(REPORTS, {"file": make_upload(), "project": "²"})
+    assert response.status_code == 404

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 from fixtures_docs import CRASH_DOC, FIXED_DOC, VLLM_OOM_DOC, hostile_doc
@@ -154,3 +155,13 @@ def test_throughput_draws_the_same_number_of_points_for_any_log_size():
     fig = throughput_figure({"metrics": {"points": points, "total": 200_000, "sampled_every": 100}})
     assert len(fig["data"][0]["x"]) == 500
     assert "1 in 400 of 200000 points" in fig["layout"]["title"]["text"]
+
+
+def test_a_rank_named_with_a_unicode_digit_still_gets_a_lane():
+    doc = copy.deepcopy(VLLM_OOM_DOC)
+    doc["timeline"] = [
+        {"line": 1, "time": None, "rank": "²", "kind": "warning", "name": "slow", "detail": "slow"},
+        {"line": 2, "time": None, "rank": "TP1", "kind": "error", "name": "exception", "detail": "boom"},
+    ]
+    lanes = timeline_figure(doc)["meta"]["lanes"]
+    assert any(lane.startswith("²") for lane in lanes) and any(lane.startswith("TP1") for lane in lanes)

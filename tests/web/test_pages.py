@@ -356,9 +356,54 @@ def test_the_report_list_filters(client, cast, three, params, expected):
     assert _listed(client, **params) == {three[i].pk for i in expected}
 
 
-def test_the_report_list_ignores_a_bad_filter_value_and_keeps_the_others(client, cast, three):
+def test_a_filter_value_that_matches_nothing_lists_nothing_rather_than_everything(client, cast, three):
     login(client, cast.alice)
-    assert _listed(client, server="vllm", arch="nonsense") == {three[2].pk}
+    assert _listed(client, server="vllm", arch="nonsense") == set()
+    assert _listed(client, server="vllm", project="other-team") == set()
+    html = client.get(reverse("front:report_list"), {"project": "no-such-project"}).content.decode()
+    assert "No reports match." in html and not re.findall(r'href="/reports/(\d+)/"', html)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"server": "vllm"},
+        {"arch": "sm_90"},
+        {"signature": "nonexistent"},
+        {"project": "other-team"},
+        {"failure_class": "oom"},
+        {"status": "nonsense"},
+        {"backend": "attention_backend"},
+        {"backend": "draft_quantization"},
+        {"backend": "bad key!=x"},
+    ],
+)
+def test_the_report_list_filters_by_a_value_no_visible_report_has_yet(client, cast, crash, params):
+    cast.report(VLLM_OOM_DOC, project=cast.other, title="charlie's vllm")
+    login(client, cast.alice)
+    assert _listed(client) == {crash.pk}
+    html = client.get(reverse("front:report_list"), params).content.decode()
+    assert not re.findall(r'href="/reports/(\d+)/"', html), params
+    assert "No reports match." in html
+
+
+def test_the_report_list_keeps_the_filter_value_and_suggests_known_ones(client, cast, crash):
+    login(client, cast.alice)
+    html = client.get(reverse("front:report_list"), {"server": "vllm"}).content.decode()
+    assert re.search(r'<input[^>]*name="server"[^>]*value="vllm"', html)
+    assert re.search(r'<datalist id="[^"]*server[^"]*"><option value="sglang">', html)
+
+
+def test_a_bare_backend_value_matches_values_not_key_names(client, cast, three):
+    login(client, cast.alice)
+    assert _listed(client, backend="attention_backend") == set()
+    assert _listed(client, backend="flashinfer") == {three[0].pk, three[1].pk}
+
+
+def test_the_group_list_lists_nothing_for_a_failure_class_outside_the_taxonomy(client, cast, three):
+    login(client, cast.alice)
+    html = client.get(reverse("front:groups"), {"failure_class": "nonsense"}).content.decode()
+    assert CRASH_DOC["matches"][0]["title"] not in html
 
 
 def test_the_report_list_is_paginated_with_a_fixed_number_of_queries(
@@ -532,3 +577,108 @@ def test_a_document_with_only_the_contract_fields_renders_everywhere(client, cas
     assert client.get(reverse("front:log", args=[report.pk]) + "?line=3").status_code == 200
     other = cast.report(CRASH_DOC)
     assert client.get(reverse("front:compare"), {"a": report.pk, "b": other.pk}).status_code == 200
+
+
+# ---- a report being analysed again keeps its diagnosis ----
+
+
+@pytest.mark.parametrize("status", ["queued", "parsing"])
+def test_a_report_being_reanalysed_keeps_showing_its_diagnosis_with_a_banner(client, cast, crash, status):
+    Report.objects.filter(pk=crash.pk).update(status=status, progress=30.0)
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[crash.pk])).content.decode()
+    assert CRASH_DOC["matches"][0]["title"] in html
+    assert 'id="timeline-chart"' in html and 'id="backends"' in html
+    assert "re-analysing with the current knowledge base…" in html
+    status_url = reverse("front:report_status", args=[crash.pk])
+    assert f'hx-get="{status_url}"' in html
+    assert "Waiting for a worker" not in html and "Parsing the log" not in html
+
+
+def test_the_status_fragment_of_a_report_being_reanalysed_is_the_banner(client, cast, crash):
+    Report.objects.filter(pk=crash.pk).update(status="queued")
+    login(client, cast.alice)
+    html = client.get(
+        reverse("front:report_status", args=[crash.pk]), headers={"HX-Request": "true"}
+    ).content.decode()
+    assert "re-analysing with the current knowledge base…" in html and "hx-get" in html
+
+
+def test_a_failed_reanalysis_keeps_the_previous_diagnosis_and_says_why(client, cast, crash):
+    Report.objects.filter(pk=crash.pk).update(status="failed", error="internal error while parsing: boom")
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[crash.pk])).content.decode()
+    assert CRASH_DOC["matches"][0]["title"] in html
+    assert "internal error while parsing: boom" in html and "previous" in html
+
+
+def test_a_report_being_reanalysed_keeps_its_row_and_its_place_in_compare(client, cast, three):
+    crash, fixed, _ = three
+    Report.objects.filter(pk=crash.pk).update(status="parsing", progress=30.0)
+    login(client, cast.alice)
+    html = client.get(reverse("front:report_list")).content.decode()
+    row = html[html.index(f'href="/reports/{crash.pk}/"') :]
+    row = row[: row.index("</tr>")]
+    assert "arch_unsupported_kernel" in row and CRASH_DOC["matches"][0]["title"][:40] in row
+    assert "re-analysing" in row
+    group_html = client.get(reverse("front:group", args=[crash.group_id])).content.decode()
+    assert "arch_unsupported_kernel</span>" in group_html
+    picker = client.get(reverse("front:compare")).content.decode()
+    assert f'<option value="{crash.pk}"' in picker
+    other = client.get(reverse("front:report", args=[fixed.pk])).content.decode()
+    assert f'<option value="{crash.pk}"' in other
+    compared = client.get(reverse("front:compare"), {"a": crash.pk, "b": fixed.pk}).content.decode()
+    assert 'id="first-difference"' in compared
+
+
+# ---- numbers in the address ----
+
+
+def test_unicode_digits_in_the_address_are_bad_values_not_errors(client, cast, crash):
+    login(client, cast.alice)
+    assert client.get(reverse("front:report_list"), {"q": "²"}).status_code == 200
+    assert client.get(reverse("front:groups"), {"q": "²"}).status_code == 200
+    picker = client.get(reverse("front:compare"), {"a": "²", "b": crash.pk})
+    assert picker.status_code == 200 and '<select name="a"' in picker.content.decode()
+    log = reverse("front:log", args=[crash.pk])
+    for params in ({"line": "²"}, {"start": "²"}, {"q": "filler", "from": "²"}, {"line": "١٢"}):
+        assert client.get(log, params).status_code == 200, params
+
+
+# ---- upload limits ----
+
+
+def test_a_form_upload_over_the_limit_is_refused_before_it_is_read(client, cast, settings):
+    settings.DISPATCHLAB_MAX_UPLOAD_BYTES = 10
+    login(client, cast.alice)
+    # The declared length is far beyond the body: reading the body would fail the test client.
+    upload = {"project": "gpu-lab", "file": SimpleUploadedFile("a.log", b"line\n")}
+    response = client.post(reverse("front:upload"), upload, CONTENT_LENGTH=str(50 * 1024 * 1024))
+    assert response.status_code == 413
+    assert "the limit is 10 bytes" in response.content.decode()
+    response = client.post(
+        reverse("front:upload"),
+        upload,
+        CONTENT_LENGTH=str(50 * 1024 * 1024),
+        headers={"X-Requested-With": "XMLHttpRequest"},
+    )
+    assert response.status_code == 413 and "the limit is 10 bytes" in response.json()["error"]
+    assert not Report.objects.exists()
+
+
+def test_the_upload_form_still_needs_the_csrf_token(cast):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    login(client, cast.alice)
+    response = client.post(
+        reverse("front:upload"), {"project": "gpu-lab", "file": SimpleUploadedFile("a.log", b"line\n")}
+    )
+    assert response.status_code == 403 and not Report.objects.exists()
+    client.get(reverse("front:upload"))
+    token = client.cookies["csrftoken"].value
+    response = client.post(
+        reverse("front:upload"),
+        {"project": "gpu-lab", "file": SimpleUploadedFile("a.log", b"line\n"), "csrfmiddlewaretoken": token},
+    )
+    assert response.status_code == 302 and Report.objects.count() == 1
