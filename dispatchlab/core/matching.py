@@ -312,7 +312,12 @@ def infer_failure_class(doc: dict[str, Any]) -> str:
         if tb:
             texts.extend(f"{c['exception']}: {c['message']}" for c in tb.get("chain") or [])
             texts.append(" ".join(f"{f['file']} {f['function']}" for f in tb["frames"][-6:]))
-    fatal_errors = [e for e in errors if e["kind"] not in ("sigquit", "init_failed", "exception", "error")]
+    # the parser marks what it did not take as fatal (warnings, children exiting after a requested stop)
+    fatal_errors = [
+        e
+        for e in errors
+        if e.get("fatal", True) and e["kind"] not in ("sigquit", "init_failed", "exception", "error")
+    ]
     texts.extend(e["text"] for e in fatal_errors[:20])
     if not crash and not fatal_errors:
         if any(e["kind"] == "garbage_output" for e in errors):

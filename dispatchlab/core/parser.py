@@ -826,16 +826,6 @@ class _Run:
             if line.rank and line.rank not in entry["ranks"]:
                 entry["ranks"].append(line.rank)
             return
-        entry = {
-            "line": line.number,
-            "rank": line.rank,
-            "ranks": [line.rank] if line.rank else [],
-            "kind": kind,
-            "text": text[:MAX_MSG],
-            "count": 1,
-            "time": line.time,
-        }
-        self.error_keys[norm] = entry
         fatal = kind not in (
             "error",
             "sigquit",
@@ -848,6 +838,17 @@ class _Run:
             fatal = False  # a warning that mentions OOM or a failed NCCL transport is not the failure itself
         if self.stop_requested and kind in ("killed", "signal", "exit_code", "subproc_crash", "died_init"):
             fatal = False  # children dying after the operator stopped the server
+        entry = {
+            "line": line.number,
+            "rank": line.rank,
+            "ranks": [line.rank] if line.rank else [],
+            "kind": kind,
+            "text": text[:MAX_MSG],
+            "count": 1,
+            "time": line.time,
+            "fatal": fatal,
+        }
+        self.error_keys[norm] = entry
         if fatal or kind == "garbage_output":
             self.fatal_lines.append((line.number, line.rank, kind, text))
         self._event(line, "error", kind, text[:300])

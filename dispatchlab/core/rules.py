@@ -114,7 +114,10 @@ RULES: dict[str, str] = {
     "exit_code": r"exit(?:ed)? (?:with )?(?:code|status)[: ]+(?P<code>-?\d+)|exitcode\s*:\s*(?P<code2>-?\d+)",
     "killed": r"^Killed$|Killed process \d+|oom-kill|Out of memory: Killed",
     # an operator's stop; a plain "Shutting down" also follows crashes, so it is not one
-    "stop_request": r"SIGTERM received|Received SIGTERM|SIGINT received|Received SIGINT|[Rr]eceived signal (?:2|15)\b|Gracefully stopping",
+    "stop_request": (
+        r"SIGTERM received|Received SIGTERM|SIGINT received|Received SIGINT|[Rr]eceived signal (?:2|15)\b|"
+        r"Gracefully stopping|Application shutdown complete|Finished server process"
+    ),
     "sigquit": r"^Received sigquit from a child process|^SIGQUIT received\.",
     "died_init": r"Rank (?P<rank>\d+) scheduler died during initialization \(exit code: (?P<code>-?\d+)\)",
     "subproc_crash": r"^Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)",

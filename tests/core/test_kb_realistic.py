@@ -15,9 +15,7 @@ FAILING = sorted((KB_LOGS / "failing").glob("*.log"))
 
 # The matcher counts a container's `exited with code 137` after an operator's stop as a fatal error
 # (outcome "ready", no crash, yet the class is inferred as "other" and the SIGKILL warning fills it in).
-KNOWN_PARSER_GAPS = {
-    "sglang_docker_compose_sigterm": "exit code 137 after a stop request is counted as a failure",
-}
+KNOWN_PARSER_GAPS: dict[str, str] = {}
 
 # The signature that must explain the failure (the best failure-level match), where one is expected.
 EXPECTED_SIGNATURE = {
