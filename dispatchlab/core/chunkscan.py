@@ -93,8 +93,8 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
         upcoming = [
             find(n, position) if 0 <= p < position else p for n, p in zip(STAT_NEEDLES, upcoming, strict=True)
         ]
-    # only needles present in the chunk are worth a counting pass
-    metric_lines = sum(chunk.count(n) for n in present)
+    # one counting pass: the server's own statistics line (SGLang decode, else vLLM), not both
+    metric_lines = chunk.count(present[0]) if present else 0
     return out, (position - size if out else 0), metric_lines
 
 
