@@ -163,14 +163,7 @@ def parse_vllm_engine_config(text: str) -> dict[str, Any]:
     """`Initializing a V1 LLM engine (v0.11.0) with config: model='x', quantization=fp8, ...`: values may be
     unquoted words; keep what looks like a value."""
     i = text.find("with config:")
-    body = text[i + len("with config:") :] if i >= 0 else text
-    out: dict[str, Any] = {}
-    for part in split_top_level(body):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if sep and _IDENT.match(key):
-            out[key] = parse_value(value)
-    return out
+    return parse_kwargs(text[i + len("with config:") :] if i >= 0 else text)
 
 
 def parse_vllm_non_default(text: str) -> dict[str, Any]:

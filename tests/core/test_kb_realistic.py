@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dispatchlab.core import analyze_paths
+from dispatchlab.core.signatures import FAILURE_CLASSES
 
 KB_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "kb"
 CLEAN = sorted((KB_LOGS / "clean").glob("*.log"))
@@ -84,18 +85,5 @@ def test_a_failing_log_is_explained_by_its_specific_signature(stem):
 
 
 def test_every_failing_fixture_names_a_class_of_the_taxonomy():
-    classes = {
-        "arch_unsupported_kernel",
-        "cuda_error",
-        "cuda_graph_capture_failure",
-        "oom",
-        "nccl_error",
-        "garbage_output",
-        "dependency_error",
-        "compile_error",
-        "weight_loading_error",
-        "config_error",
-        "timeout_hang",
-        "other",
-    }
+    classes = set(FAILURE_CLASSES) - {"none"}
     assert {p.stem.split("__", 1)[0] for p in FAILING} <= classes
