@@ -242,7 +242,18 @@ def match_signatures(
         )
         matches.append((rank_key, match))
     matches.sort(key=lambda pair: pair[0], reverse=True)
-    return [m for _, m in matches]
+    ordered = [m for _, m in matches]
+    # reviewed precedence: a signature that explains another (a cause seen before the symptom) goes first
+    superseding = {
+        s.id: set(s.supersedes) for s in (only if only is not None else kb.signatures) if s.supersedes
+    }
+    for match in [m for m in ordered if m["id"] in superseding]:
+        explained = superseding[str(match["id"])]
+        targets = [i for i, m in enumerate(ordered) if m["id"] in explained]
+        if targets and targets[0] < ordered.index(match):
+            ordered.remove(match)
+            ordered.insert(targets[0], match)
+    return ordered
 
 
 # ---------------------------------------------------------------- inference without a signature

@@ -92,3 +92,13 @@ def test_match_cli_prints_the_diagnosis_and_json_has_the_contract_fields():
 
     doc = json.loads(run_cli("match", "--json", str(LOGS / "sglang_docker_capture_oom.log")).stdout)
     assert doc["failure_class"] == "oom" and doc["matches"][0]["failure_class"] == "oom"
+
+
+def test_a_cause_seen_before_the_symptom_ranks_above_the_symptom():
+    from .helpers import ROOT
+
+    doc = analyze_paths(
+        [ROOT / "tests/fixtures/kb/failing/arch_unsupported_kernel__vllm_rtx5090_torch_without_sm120.log"]
+    )
+    ids = [m["id"] for m in doc["matches"]]
+    assert ids.index("torch-build-lacks-gpu-arch") < ids.index("no-kernel-image-for-device")

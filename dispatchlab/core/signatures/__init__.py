@@ -56,6 +56,7 @@ BACKEND_KEYS = (
 )
 LIST_CONDITIONS = ("arch_in", "arch_not_in", "server_in", "crash_phase_in", "quantization_in", "outcome_in")
 TOP_FIELDS = {
+    "supersedes",
     "id",
     "title",
     "failure_class",
@@ -111,6 +112,7 @@ class Signature:
     fix_env: dict[str, Any]
     tried_and_failed: list[TriedAndFailed]
     examples: list[Example]
+    supersedes: list[str] = field(default_factory=list)  # ids this one explains better when both match
     # indexes into KnowledgeBase.patterns, filled by the knowledge base
     any_ids: list[int] = field(default_factory=list)
     all_ids: list[int] = field(default_factory=list)
@@ -287,6 +289,9 @@ def load_signature(path: Path) -> Signature:
             raise SignatureError(path, f"{where}.facts", "must be a table")
         examples.append(Example(expect, log, facts))
     references = _require(data, "references", list, path, [])
+    supersedes = _require(data, "supersedes", list, path, [])
+    if not all(isinstance(item, str) for item in supersedes):
+        raise SignatureError(path, "supersedes", "must be a list of signature ids")
     return Signature(
         id=sig_id,
         path=str(path),
@@ -306,6 +311,7 @@ def load_signature(path: Path) -> Signature:
         fix_env={k: str(v) for k, v in fix_env.items()},
         tried_and_failed=tried,
         examples=examples,
+        supersedes=list(supersedes),
     )
 
 

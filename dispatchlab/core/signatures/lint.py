@@ -128,11 +128,21 @@ def lint_signature(signature: Signature) -> list[str]:
     return problems
 
 
+def check_supersedes(signatures: dict[str, Signature]) -> list[str]:
+    return [
+        f"{sig.path}: supersedes: {target!r} is not a signature id"
+        for sig in signatures.values()
+        for target in sig.supersedes
+        if target not in signatures
+    ]
+
+
 def lint_knowledge_base(directory: Path | None = None) -> tuple[list[str], int]:
     from dispatchlab.core.signatures import DATA_DIR
 
     problems: list[str] = []
     seen: dict[str, str] = {}
+    loaded: dict[str, Signature] = {}
     files = signature_files(directory or DATA_DIR)
     for path in files:
         try:
@@ -144,4 +154,6 @@ def lint_knowledge_base(directory: Path | None = None) -> tuple[list[str], int]:
             problems.append(f"{path}: id: duplicate of {seen[signature.id]}")
         seen[signature.id] = str(path)
         problems.extend(lint_signature(signature))
+        loaded[signature.id] = signature
+    problems.extend(check_supersedes(loaded))
     return problems, len(files)
