@@ -204,6 +204,7 @@ def match_signatures(
         if sig.level == "warning":
             confidence = min(confidence, 0.5)
         confidence = round(max(0.05, min(0.99, confidence)), 2)
+        variant = sig.fix_by_server.get(str(facts.get("server")))
         captured: dict[str, Any] = {}
         for hit in evidence:
             for key, value in hit.groups.items():
@@ -217,9 +218,9 @@ def match_signatures(
             "lines": lines[:50],
             "facts": captured,
             "fix": {
-                "summary": sig.fix_summary,
-                "args": sig.fix_args,
-                "env": sig.fix_env,
+                "summary": variant.summary if variant else sig.fix_summary,
+                "args": variant.args if variant else sig.fix_args,
+                "env": variant.env if variant else sig.fix_env,
                 "tried_and_failed": [f"{t.what}: {t.why}" for t in sig.tried_and_failed],
             },
             "decisions": [],

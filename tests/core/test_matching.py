@@ -102,3 +102,31 @@ def test_a_cause_seen_before_the_symptom_ranks_above_the_symptom():
     )
     ids = [m["id"] for m in doc["matches"]]
     assert ids.index("torch-build-lacks-gpu-arch") < ids.index("no-kernel-image-for-device")
+
+
+def test_a_flashinfer_kernel_failure_gets_the_fix_in_the_servers_own_flags():
+    from dispatchlab.core.matching import analyze_sources
+
+    from .helpers import text_source
+
+    crash = (
+        '  File "/usr/local/lib/python3.12/dist-packages/flashinfer/decode.py", line 2301, in trtllm_batch_decode_with_kv_cache_mla\n'
+        "RuntimeError: Error in function 'TllmGenFmhaRunner' at include/flashinfer/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture\n"
+    )
+    gpu = "GPU 0: NVIDIA GeForce RTX 5090\nGPU 0 Compute Capability: 12.0\n"
+    vllm = analyze_sources(
+        [
+            text_source(
+                gpu
+                + "(Worker_TP0 pid=7) INFO 01-05 10:00:00 [gpu_model_runner.py:1] Starting to load model m...\n"
+                + crash
+            )
+        ]
+    )
+    sglang = analyze_sources(
+        [text_source(gpu + "[2026-01-05 10:00:00 TP0] Load weight begin. avail mem=30.00 GB\n" + crash)]
+    )
+    assert vllm["server"] == "vllm" and sglang["server"] == "sglang"
+    assert vllm["matches"][0]["id"] == sglang["matches"][0]["id"] == "trtllm-gen-fmha-unsupported-arch"
+    assert vllm["matches"][0]["fix"]["args"] == {"--attention-backend": "TRITON_ATTN"}
+    assert sglang["matches"][0]["fix"]["args"] == {"--attention-backend": "triton"}

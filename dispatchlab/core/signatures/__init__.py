@@ -87,6 +87,15 @@ class Example:
 
 
 @dataclass(frozen=True)
+class FixVariant:
+    """The fix in another server's flags (a FlashInfer kernel fails the same way under SGLang and vLLM)."""
+
+    summary: str
+    args: dict[str, Any]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
 class TriedAndFailed:
     what: str
     why: str
@@ -110,6 +119,7 @@ class Signature:
     fix_summary: str
     fix_args: dict[str, Any]
     fix_env: dict[str, Any]
+    fix_by_server: dict[str, FixVariant]
     tried_and_failed: list[TriedAndFailed]
     examples: list[Example]
     supersedes: list[str] = field(default_factory=list)  # ids this one explains better when both match
@@ -264,6 +274,24 @@ def load_signature(path: Path) -> Signature:
     for name in fix_args:
         if not str(name).startswith("-"):
             raise SignatureError(path, f"fix.args.{name}", "flags start with --")
+    unknown_fix = set(fix) - {"summary", "args", "env", "by_server"}
+    if unknown_fix:
+        raise SignatureError(path, f"fix.{sorted(unknown_fix)[0]}", "unknown field")
+    by_server: dict[str, FixVariant] = {}
+    for server, variant in _require(fix, "by_server", dict, path, {}).items():
+        where = f"fix.by_server.{server}"
+        if server not in ("sglang", "vllm") or not isinstance(variant, dict):
+            raise SignatureError(path, where, "a table per server: sglang or vllm")
+        if set(variant) - {"summary", "args", "env"}:
+            raise SignatureError(path, where, "holds summary, args and env only")
+        args = variant.get("args", {})
+        if not isinstance(args, dict) or not all(str(k).startswith("-") for k in args):
+            raise SignatureError(path, f"{where}.args", "a table of flags starting with --")
+        by_server[server] = FixVariant(
+            str(variant.get("summary", fix_summary)),
+            dict(args),
+            {k: str(v) for k, v in variant.get("env", {}).items()},
+        )
     tried: list[TriedAndFailed] = []
     for i, item in enumerate(_require(data, "tried_and_failed", list, path, [])):
         if (
@@ -309,6 +337,7 @@ def load_signature(path: Path) -> Signature:
         fix_summary=fix_summary,
         fix_args=dict(fix_args),
         fix_env={k: str(v) for k, v in fix_env.items()},
+        fix_by_server=by_server,
         tried_and_failed=tried,
         examples=examples,
         supersedes=list(supersedes),

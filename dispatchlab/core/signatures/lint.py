@@ -77,9 +77,25 @@ def check_fix_flags(signature: Signature) -> list[str]:
     """Each fix flag must be a real flag of a server the signature applies to, and its value a valid
     choice in the newest release (within the signature's version range) that has the flag."""
     problems: list[str] = []
+    servers = [
+        s
+        for s in signature.conditions.get("server_in") or ["sglang", "vllm"]
+        if s not in signature.fix_by_server
+    ]
+    checks = [(servers, signature.fix_args, "fix.args")]
+    checks += [
+        ([server], variant.args, f"fix.by_server.{server}.args")
+        for server, variant in signature.fix_by_server.items()
+    ]
+    for servers, args, where in checks:
+        problems.extend(_check_args(signature, servers, args, where))
+    return problems
+
+
+def _check_args(signature: Signature, servers: list[str], args: dict[str, Any], where: str) -> list[str]:
+    problems: list[str] = []
     catalogs = flag_catalogs()
-    servers = signature.conditions.get("server_in") or ["sglang", "vllm"]
-    for flag, value in signature.fix_args.items():
+    for flag, value in args.items():
         known = False
         for server in servers:
             versions = catalogs.get(server)
@@ -96,12 +112,12 @@ def check_fix_flags(signature: Signature) -> list[str]:
             valued = value not in (True, False) and not isinstance(value, (int, float))
             if choices and valued and str(value) not in [str(c) for c in choices]:
                 problems.append(
-                    f"{signature.path}: fix.args.{flag}: {value!r} is not a valid choice in {server} {newest} "
+                    f"{signature.path}: {where}.{flag}: {value!r} is not a valid choice in {server} {newest} "
                     f"({', '.join(map(str, choices[:12]))})"
                 )
         if not known:
             problems.append(
-                f"{signature.path}: fix.args.{flag}: not a flag of {' or '.join(servers)} in the catalog"
+                f"{signature.path}: {where}.{flag}: not a flag of {' or '.join(servers)} in the catalog"
             )
     return problems
 
