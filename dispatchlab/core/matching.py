@@ -413,12 +413,34 @@ def finish_match(doc: dict[str, Any], hits: dict[int, list[PatternHit]], kb: Kno
         if warning is not None:
             failure_class, source = warning["failure_class"], "warning"
     out = dict(doc)
+    if failures and doc.get("crash") is None and doc.get("outcome") == "incomplete":
+        _crash_from_signature(out, failures[0])
     out["matches"] = matches
     out["failure_class"] = failure_class
     out["failure_class_source"] = source
     out["fingerprint"] = fingerprint(doc, failure_class, failures[0]["id"] if failures else None)
     out["kb_digest"] = kb.digest
     return out
+
+
+def _crash_from_signature(doc: dict[str, Any], match: dict[str, Any]) -> None:
+    """A known fatal error in a log that never became ready: the server died there, even when the excerpt
+    lacks the traceback's exception line (a pasted message, a `# Error:` note)."""
+    if match["failure_class"] in ("garbage_output", "timeout_hang") or not match["evidence"]:
+        return
+    first = match["evidence"][0]
+    started = [p for p in doc.get("phases") or [] if p["start_line"] <= first["line"]]
+    doc["crash"] = {
+        "line": first["line"],
+        "phase": started[-1]["name"] if started else None,
+        "exception": None,
+        "message": first["text"],
+        "rank": first.get("rank"),
+        "ranks": [first["rank"]] if first.get("rank") else [],
+        "model": None,
+        "source": "signature",
+    }
+    doc["outcome"] = "crashed"
 
 
 def analyze_parsed(parsed: ParsedLog, kb: KnowledgeBase) -> dict[str, Any]:

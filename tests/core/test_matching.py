@@ -130,3 +130,22 @@ def test_a_flashinfer_kernel_failure_gets_the_fix_in_the_servers_own_flags():
     assert vllm["matches"][0]["id"] == sglang["matches"][0]["id"] == "trtllm-gen-fmha-unsupported-arch"
     assert vllm["matches"][0]["fix"]["args"] == {"--attention-backend": "TRITON_ATTN"}
     assert sglang["matches"][0]["fix"]["args"] == {"--attention-backend": "triton"}
+
+
+def test_a_known_fatal_message_without_its_traceback_still_marks_where_it_died():
+    from dispatchlab.core.matching import analyze_sources
+
+    from .helpers import text_source
+
+    doc = analyze_sources(
+        [
+            text_source(
+                "GPU 0: NVIDIA A10\nGPU 0 Compute Capability: 8.6\n"
+                "[2025-05-02 10:00:00 TP0] Load weight begin. avail mem=21.00 GB\n"
+                "  type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\n"
+            )
+        ]
+    )
+    assert doc["failure_class"] == "arch_unsupported_kernel"
+    assert doc["outcome"] == "crashed" and doc["crash"]["line"] == 4
+    assert doc["crash"]["phase"] == "weight_loading"
