@@ -1043,10 +1043,12 @@ class _Run:
             gpu["compute_capability"] = archmod.capability_of(gpu["arch"])
         if gpu["count"] is None:
             args = self.doc.server_args
-            tp = args.get("tp_size") or args.get("tensor_parallel_size")
+            tp = args.get("tp_size") or args.get("tensor_parallel_size") or args.get("tp")
             dp = args.get("dp_size") or args.get("data_parallel_size") or 1
-            if isinstance(tp, int) and isinstance(dp, int) and not args.get("enable_dp_attention"):
-                gpu["count"] = tp * dp if gpu.get("name") or gpu.get("arch") else None
+            pp = args.get("pp_size") or args.get("pipeline_parallel_size") or 1
+            if isinstance(tp, int) and isinstance(dp, int) and isinstance(pp, int):
+                # DP attention splits the TP group's GPUs; plain DP replicates them
+                gpu["count"] = tp * pp * (1 if args.get("enable_dp_attention") else dp)
 
     def _backends(self) -> None:
         doc = self.doc
