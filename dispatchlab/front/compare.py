@@ -10,18 +10,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-BACKEND_ORDER = [
-    "attention_backend",
-    "prefill_attention_backend",
-    "decode_attention_backend",
-    "moe_runner_backend",
-    "moe_a2a_backend",
-    "fp4_gemm_backend",
-    "fp8_gemm_backend",
-    "sampling_backend",
-    "quantization",
-    "kv_cache_dtype",
-]
+from dispatchlab.core.signatures import BACKEND_KEYS
+
+# the contract's backend keys, in the core's order (the rest of BACKEND_KEYS are extras)
+BACKEND_ORDER = list(BACKEND_KEYS[:10])
 VERSION_ORDER = ["sglang", "vllm", "torch", "cuda", "driver", "flashinfer", "sgl_kernel", "triton"]
 PHASE_ORDER = ["init", "weight_loading", "kv_cache", "cuda_graph_capture", "warmup", "serving"]
 NO_LINE = 1 << 62
