@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -12,6 +13,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
 PYTHON = sys.executable
+
+
+def log_from_args(description: str) -> tuple[argparse.Namespace, Path]:
+    """The benchmarks' shared options: --size of the generated log, or --log to take one; --runs."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--size", type=float, default=float(1 << 30))
+    parser.add_argument("--log", type=Path)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    return args, args.log or ensure_log(int(args.size))
 
 
 def ensure_log(size: int, seed: int = 1) -> Path:

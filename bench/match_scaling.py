@@ -9,7 +9,6 @@ Both run on the same log in this process; the Hyperscan databases are compiled b
 
 from __future__ import annotations
 
-import argparse
 import copy
 import re
 import statistics
@@ -19,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import ensure_log
+from common import log_from_args
 
 from dispatchlab.core.matching import analyze_sources
 from dispatchlab.core.parser import _parser_for
@@ -61,12 +60,7 @@ def timed(log: Path, kb: KnowledgeBase, runs: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--size", type=float, default=float(1 << 30))
-    parser.add_argument("--log", type=Path)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    log = args.log or ensure_log(int(args.size))
+    args, log = log_from_args(__doc__.splitlines()[0])
     real = load_knowledge_base()
     big = enlarged(real, 10)
     mb = log.stat().st_size / 1e6

@@ -9,7 +9,6 @@ prints MB/s, the ratio parse/grep, and peak RSS, also for a 100 MB prefix to sho
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import OUT, PYTHON, ensure_log, median_run
+from common import OUT, PYTHON, log_from_args, median_run
 
 from dispatchlab.core.rules import RULES
 from dispatchlab.core.signatures import load_knowledge_base
@@ -60,12 +59,7 @@ def prefix(log: Path, size: int) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--size", type=float, default=float(1 << 30))
-    parser.add_argument("--log", type=Path)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    log = args.log or ensure_log(int(args.size))
+    args, log = log_from_args(__doc__.splitlines()[0])
     mb = log.stat().st_size / 1e6
     patterns = OUT / "patterns.ere"
     count = pattern_file(patterns)
