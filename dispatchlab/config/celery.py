@@ -22,7 +22,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatchlab.config.settings")
 
 app = Celery("dispatchlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["dispatchlab.reports"])
+app.autodiscover_tasks(["dispatchlab.reports", "dispatchlab.gpu"])
 
 logger = logging.getLogger(__name__)
 

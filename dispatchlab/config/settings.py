@@ -18,6 +18,8 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from dispatchlab.messaging.broker import DEFAULT_BROKER_URL, broker_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -134,6 +136,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "dispatchlab.reports",
+    "dispatchlab.gpu",
     "dispatchlab.api",
 ]
 # The pages (W2's app) are optional so the API and the worker also run from a checkout without them.
@@ -254,28 +257,31 @@ DISPATCHLAB_STALE_CLAIM_SECONDS = env_int("DISPATCHLAB_STALE_CLAIM_SECONDS", 300
 DISPATCHLAB_MAX_ATTEMPTS = env_int("DISPATCHLAB_MAX_ATTEMPTS", 3, minimum=1)
 DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS = env_int("DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS", 300, minimum=1)
 
+# ---- confirm runs on GPU hosts ----
+# The worker stops a confirmed launch after this long; it must become ready within the second figure.
+DISPATCHLAB_CONFIRM_TIME_LIMIT = env_int("DISPATCHLAB_CONFIRM_TIME_LIMIT", 1800, minimum=10)
+DISPATCHLAB_CONFIRM_READY_TIMEOUT = env_int("DISPATCHLAB_CONFIRM_READY_TIMEOUT", 1200, minimum=5)
+# The throughput measurement runs at 1 and at this many concurrent requests.
+DISPATCHLAB_CONFIRM_CONCURRENCY = env_int("DISPATCHLAB_CONFIRM_CONCURRENCY", 4, minimum=1)
+# Output of one launch kept beyond this is counted, not stored.
+DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES = env_int("DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024)
+
 # ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
-_DEFAULT_BROKER_DIR = DATA_DIR / "broker"
-BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", "filesystem://localhost/")
+BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", DEFAULT_BROKER_URL)
+# Shared with the GPU worker (dispatchlab/messaging/broker.py): the filesystem transport with atomic
+# message files under DATA_DIR/broker by default; on Redis an unacknowledged (acks_late) message comes
+# back after the visibility timeout, above the hard time limit, so a long parse is never handed to a
+# second worker while the first still runs.
+_BROKER = broker_config(
+    url=BROKER_URL,
+    data_dir=DATA_DIR,
+    poll_seconds=env_float("DISPATCHLAB_BROKER_POLL_SECONDS", 0.05),
+    visibility_timeout=DISPATCHLAB_TASK_TIME_LIMIT + 600,
+)
 CELERY_BROKER_URL = BROKER_URL
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
-if BROKER_URL.startswith("filesystem://"):
-    for _folder in ("queue", "processed", "control"):
-        (_DEFAULT_BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_DEFAULT_BROKER_DIR / "queue"),
-        "data_folder_out": str(_DEFAULT_BROKER_DIR / "queue"),
-        "processed_folder": str(_DEFAULT_BROKER_DIR / "processed"),
-        "control_folder": str(_DEFAULT_BROKER_DIR / "control"),
-        "store_processed": False,
-        "polling_interval": env_float("DISPATCHLAB_BROKER_POLL_SECONDS", 0.05),
-    }
-    # kombu's filesystem transport with atomic message files (see dispatchlab/config/broker.py).
-    CELERY_BROKER_TRANSPORT = "dispatchlab.config.broker:Transport"
-elif BROKER_URL.startswith(("redis://", "rediss://")):
-    # An unacknowledged (acks_late) message comes back after this long: above the hard time limit,
-    # so a long parse is never handed to a second worker while the first still runs.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": DISPATCHLAB_TASK_TIME_LIMIT + 600}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = dict(_BROKER.transport_options)
+if _BROKER.transport:
+    CELERY_BROKER_TRANSPORT = _BROKER.transport
 CELERY_BROKER_TRANSPORT_OPTIONS.update(env_json("DISPATCHLAB_BROKER_OPTIONS", {}))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = env_str("DISPATCHLAB_QUEUE", "dispatchlab")
@@ -296,6 +302,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ROUTES = {
     "reports.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    # What GPU workers send back (dispatchlab.messaging.contract).
+    "hosts.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "confirms.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "probes.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
     # The GPU worker (python -m worker) is fed by name on its own queues.
     "gpu.*": {"queue": "gpu"},
 }

@@ -30,6 +30,11 @@ def report_analyze_task(self: Any, report_id: int) -> str:
     from dispatchlab.reports.services import Outcome, report_analyze
 
     outcome = report_analyze(report_id=int(report_id))
+    if outcome in (Outcome.DONE, Outcome.FAILED):
+        from dispatchlab.gpu.services import confirm_report_parsed
+
+        # The output of a confirm run: now its outcome can be decided.
+        confirm_report_parsed(report_id=int(report_id))
     if outcome == Outcome.BUSY and self.request.retries < BUSY_RECHECKS:
         # Another worker holds the claim; if it died (this message may be its redelivery), the claim
         # goes stale and the next look takes the report over.

@@ -5,7 +5,7 @@ can take an empty file and lose the message; and `_get` moves taken messages to 
 folder, a copy across file systems. Here a message is written under a name consumers ignore and
 renamed into place (atomic on one file system), and a consumer takes it with one rename into the
 broker's own `processed` folder. Used when DISPATCHLAB_BROKER_URL starts with filesystem://
-(settings.CELERY_BROKER_TRANSPORT).
+(dispatchlab.messaging.broker).
 """
 
 from __future__ import annotations

@@ -1,0 +1,184 @@
+"""GPU hosts (from heartbeats), confirm runs of a report's fixed launch, kernel probe runs, and the
+confirmations a signature's fix has collected."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from dispatchlab.messaging.contract import HEARTBEAT_SECONDS, HOST_ALIVE_FACTOR
+from dispatchlab.reports.models import Project, Report
+
+
+def alive_since() -> Any:
+    """Hosts heard from after this moment are alive."""
+    return timezone.now() - timedelta(seconds=HEARTBEAT_SECONDS * HOST_ALIVE_FACTOR)
+
+
+class GpuHost(models.Model):
+    """A machine running `python -m worker`, as its last heartbeat described it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    first_seen = models.DateTimeField(default=timezone.now)
+    last_seen = models.DateTimeField(default=timezone.now)
+    stopped = models.BooleanField(default=False)  # said goodbye at shutdown
+    busy = models.BooleanField(default=False)
+    arches = models.JSONField(default=list)  # ["sm_90"]
+    queues = models.JSONField(default=list)
+    inventory = models.JSONField(default=dict)  # `python -m worker inventory --json`
+    launchers = models.JSONField(default=list)
+    model_roots = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def alive(self) -> bool:
+        return not self.stopped and self.last_seen >= alive_since()
+
+    @property
+    def gpus(self) -> list[dict[str, Any]]:
+        return list(self.inventory.get("gpus") or [])
+
+    @property
+    def versions(self) -> dict[str, Any]:
+        return dict(self.inventory.get("versions") or {})
+
+
+class ConfirmRun(models.Model):
+    """One run of a report's (fixed) launch on a GPU host of the report's arch."""
+
+    class Status(models.TextChoices):
+        WAITING_FOR_HOST = "waiting_for_host", "waiting for a host"
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        PARSING = "parsing", "parsing the output"
+        FIXED = "fixed", "fixed"
+        STILL_FAILS = "still_fails", "still fails"
+        GARBAGE = "garbage", "serves garbage"
+        REFUSED = "refused", "refused"
+
+    FINISHED = (Status.FIXED, Status.STILL_FAILS, Status.GARBAGE, Status.REFUSED)
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="confirm_runs")
+    report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="confirm_runs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+
+    arch = models.CharField(max_length=20, blank=True)
+    queue = models.CharField(max_length=200)
+    signature_id = models.CharField(max_length=200, blank=True)  # the diagnosis whose fix is tried
+    launcher = models.CharField(max_length=100)
+    args = models.JSONField(default=list)
+    env = models.JSONField(default=dict)
+    original_command = models.TextField(blank=True)
+    fix_args = models.JSONField(default=dict)
+    fix_env = models.JSONField(default=dict)
+    probes = models.JSONField(default=list)  # probe names asked for
+    job = models.JSONField(default=dict)  # the ConfirmJob message as sent
+
+    host = models.ForeignKey(GpuHost, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    host_name = models.CharField(max_length=200, blank=True)
+    argv = models.JSONField(default=list)  # what the worker ran
+    result = models.JSONField(default=dict)  # the worker's ConfirmOutcome
+    output_bytes = models.BigIntegerField(default=0)
+    result_report = models.OneToOneField(
+        Report, null=True, blank=True, on_delete=models.SET_NULL, related_name="confirm_of"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"confirm {self.pk} of report {self.report_id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def gpu_label(self) -> str:
+        gpus = (self.result.get("inventory") or {}).get("gpus") or []
+        if not gpus:
+            return self.arch or ""
+        return f"{gpus[0].get('name')} {gpus[0].get('arch') or ''}".strip()
+
+
+class ConfirmOutput(models.Model):
+    """A piece of the launch's output as the worker streamed it; `seq` orders them."""
+
+    confirm = models.ForeignKey(ConfirmRun, on_delete=models.CASCADE, related_name="output")
+    seq = models.PositiveIntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["confirm", "seq"]
+        constraints = [models.UniqueConstraint(fields=["confirm", "seq"], name="confirmoutput_unique_seq")]
+
+
+class ProbeRun(models.Model):
+    """Kernel probes on one host: asked for from the hosts page, or run after a confirm."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        DONE = "done", "done"
+
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    host = models.ForeignKey(
+        GpuHost, null=True, blank=True, on_delete=models.SET_NULL, related_name="probe_runs"
+    )
+    host_name = models.CharField(max_length=200, blank=True)
+    confirm = models.ForeignKey(
+        ConfirmRun, null=True, blank=True, on_delete=models.CASCADE, related_name="probe_runs"
+    )
+    queue = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    gpu_name = models.CharField(max_length=200, blank=True)
+    arch = models.CharField(max_length=20, blank=True)
+    versions = models.JSONField(default=dict)
+    results = models.JSONField(default=list)  # per probe: the worker's probe dict
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+
+class SignatureConfirmation(models.Model):
+    """What a confirm run showed about a signature's fix, shown with the signature wherever it matches:
+    "confirmed on NVIDIA H200 sm_90, sglang 0.5.23, 2026-12-02"."""
+
+    signature_id = models.CharField(max_length=200, db_index=True)
+    confirm = models.OneToOneField(
+        ConfirmRun, on_delete=models.CASCADE, related_name="signature_confirmation"
+    )
+    outcome = models.CharField(max_length=20)
+    gpu_name = models.CharField(max_length=200, blank=True)
+    arch = models.CharField(max_length=20, blank=True)
+    server = models.CharField(max_length=20, blank=True)
+    server_version = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def label(self) -> str:
+        verb = {"fixed": "confirmed", "garbage": "serves garbage", "still_fails": "still fails"}.get(
+            self.outcome, self.outcome
+        )
+        server = f"{self.server} {self.server_version}".strip()
+        where = ", ".join(part for part in (f"{self.gpu_name} {self.arch}".strip(), server) if part)
+        return f"{verb} on {where}, {self.created_at:%Y-%m-%d}"

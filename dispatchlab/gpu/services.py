@@ -1,0 +1,495 @@
+"""Everything that changes GPU hosts, confirm runs and probe runs. Views, tasks and commands call these.
+
+A confirm run: `confirm_plan` reads the launch from the report's document and applies the top
+diagnosis's fix; `confirm_create` stores the (possibly edited) launch and sends a `gpu.confirm` job to
+the queue of the report's arch, where it waits until a host of that arch takes it. The worker answers
+with `confirms.started`, `confirms.output` pieces and `confirms.finished`; the output becomes a new
+report parsed by the same core, and once that is parsed `confirm_report_parsed` decides the outcome
+(fixed / still fails / garbage) and records it on the signature.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.files.base import ContentFile
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from dispatchlab.core.launch import (
+    DiffLine,
+    Launch,
+    LaunchError,
+    apply_patch,
+    flag_problems,
+    launch_diff,
+    launch_from_command,
+    launch_from_document,
+)
+from dispatchlab.gpu.models import (
+    ConfirmOutput,
+    ConfirmRun,
+    GpuHost,
+    ProbeRun,
+    SignatureConfirmation,
+    alive_since,
+)
+from dispatchlab.messaging.contract import (
+    CONFIRM_TASK,
+    GPU_QUEUE,
+    PROBE_TASK,
+    ConfirmJob,
+    arch_queue,
+    host_queue,
+)
+from dispatchlab.reports.models import Project, Report
+
+logger = logging.getLogger(__name__)
+
+SMOKE_PROMPT = "The capital of France is"
+# Which probes the worker runs after a confirm, by the failing component the diagnosis names.
+COMPONENT_WORDS = {
+    "moe": ("moe", "expert"),
+    "attention": ("attention", "attn", "fa3", "mla", "decode", "prefill", "sdpa"),
+    "gemm": ("gemm", "fp8", "fp4", "nvfp4", "mxfp4", "matmul", "cublas", "scaled_mm"),
+}
+
+
+class ConfirmRejected(ValueError):
+    """The confirm cannot be queued (no launch, a launch dispatchlab does not run). For people."""
+
+
+# ---------------------------------------------------------------- hosts
+
+
+def hosts_alive() -> list[GpuHost]:
+    return list(GpuHost.objects.filter(stopped=False, last_seen__gte=alive_since()))
+
+
+def hosts_for_queue(queue: str) -> list[GpuHost]:
+    """Live hosts that consume this queue."""
+    return [host for host in hosts_alive() if queue in (host.queues or [])]
+
+
+def host_heartbeat(*, payload: dict[str, Any]) -> GpuHost:
+    name = str(payload.get("host") or "")[:200]
+    if not name:
+        raise ValueError("a heartbeat without a host name")
+    inventory = payload.get("inventory") or {}
+    arches = sorted(
+        {g.get("arch") for g in inventory.get("gpus") or [] if isinstance(g, dict) and g.get("arch")}
+    )
+    now = timezone.now()
+    host, _ = GpuHost.objects.get_or_create(name=name, defaults={"first_seen": now})
+    host.last_seen = now
+    host.stopped = bool(payload.get("stopping"))
+    host.busy = bool(payload.get("busy"))
+    host.arches = arches
+    host.queues = [str(q) for q in payload.get("queues") or []]
+    host.inventory = inventory
+    host.launchers = [str(x) for x in payload.get("launchers") or []]
+    host.model_roots = [str(x) for x in payload.get("model_roots") or []]
+    host.save()
+    if not host.stopped:
+        # Jobs that waited for a host of this arch are now in reach of one.
+        ConfirmRun.objects.filter(status=ConfirmRun.Status.WAITING_FOR_HOST, queue__in=host.queues).update(
+            status=ConfirmRun.Status.QUEUED
+        )
+    return host
+
+
+def host_status_for_arch(arch: str | None) -> dict[str, Any]:
+    """What a report page says about confirming on a GPU: which live hosts could take its job."""
+    queue = arch_queue(arch)
+    hosts = hosts_for_queue(queue)
+    if hosts:
+        message = (
+            f"{len(hosts)} live GPU host{'s' if len(hosts) != 1 else ''} of {arch or 'any arch'}: "
+            + ", ".join(h.name for h in hosts)
+        )
+    elif arch:
+        others = sorted({a for h in hosts_alive() for a in h.arches})
+        seen = f" (live hosts: {', '.join(others)})" if others else " (no GPU host is alive)"
+        message = (
+            f"No live GPU host of {arch}{seen}: a confirm waits in queue {queue} until "
+            f"`python -m worker` runs on a {arch} host."
+        )
+    else:
+        message = "The log does not say which GPU arch it ran on; a confirm goes to any GPU host (queue gpu)."
+        if not hosts_alive():
+            message += " No GPU host is alive."
+    return {"arch": arch, "queue": queue, "hosts": hosts, "available": bool(hosts), "message": message}
+
+
+# ---------------------------------------------------------------- confirm runs
+
+
+@dataclass
+class ConfirmPlan:
+    report: Report
+    launch: Launch | None
+    fixed: Launch | None
+    fix_args: dict[str, Any] = field(default_factory=dict)
+    fix_env: dict[str, Any] = field(default_factory=dict)
+    fix_summary: str = ""
+    signature_id: str = ""
+    signature_title: str = ""
+    diff: list[DiffLine] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    reason: str = ""  # why no confirm can be built, for people
+    probes: list[str] = field(default_factory=list)
+    host_status: dict[str, Any] = field(default_factory=dict)
+
+
+def _top_fix(document: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The top match that has a fix, and that fix."""
+    for match in document.get("matches") or []:
+        fix = match.get("fix") or {}
+        if fix.get("args") or fix.get("env"):
+            return match, fix
+    return {}, {}
+
+
+def _probe_components(document: dict[str, Any], match: dict[str, Any]) -> list[str]:
+    text = " ".join(
+        [
+            str(match.get("id") or ""),
+            str(match.get("title") or ""),
+            " ".join(f"{k} {v}" for k, v in (match.get("fix") or {}).get("args", {}).items()),
+            " ".join(document.get("kernels") or []),
+        ]
+    ).lower()
+    found = [component for component, words in COMPONENT_WORDS.items() if any(w in text for w in words)]
+    return [f"component:{c}" for c in found]
+
+
+def confirm_plan(*, report: Report) -> ConfirmPlan:
+    document = report.document or {}
+    match, fix = _top_fix(document)
+    plan = ConfirmPlan(
+        report=report, launch=None, fixed=None, host_status=host_status_for_arch(report.arch or None)
+    )
+    plan.signature_id = str(match.get("id") or "")
+    plan.signature_title = str(match.get("title") or "")
+    plan.fix_args = dict(fix.get("args") or {})
+    plan.fix_env = dict(fix.get("env") or {})
+    plan.fix_summary = str(fix.get("summary") or "")
+    plan.probes = _probe_components(document, match)
+    if report.status != Report.Status.DONE:
+        plan.reason = "the report is not parsed yet"
+        return plan
+    launch = None
+    if report.launch_command.strip():
+        try:
+            launch = launch_from_command(report.launch_command)
+        except LaunchError:
+            launch = None
+    launch = launch or launch_from_document(document)
+    if launch is None:
+        plan.reason = (
+            "the log shows neither a launch command nor an args dump to re-run; paste the command line below"
+        )
+        return plan
+    plan.launch = launch
+    plan.fixed = apply_patch(launch, args=plan.fix_args, env=plan.fix_env)
+    plan.diff = launch_diff(launch, plan.fixed)
+    plan.problems = flag_problems(plan.fixed, version=report.server_version or None)
+    if not match:
+        plan.reason = "no diagnosis with a fix: the launch runs as the log shows it (edit it below)"
+    return plan
+
+
+def _job_settings() -> dict[str, int]:
+    return {
+        "time_limit_s": int(getattr(settings, "DISPATCHLAB_CONFIRM_TIME_LIMIT", 1800)),
+        "ready_timeout_s": int(getattr(settings, "DISPATCHLAB_CONFIRM_READY_TIMEOUT", 1200)),
+        "concurrency": int(getattr(settings, "DISPATCHLAB_CONFIRM_CONCURRENCY", 4)),
+    }
+
+
+def _send(task: str, kwargs: dict[str, Any], queue: str) -> None:
+    from dispatchlab.config.celery import app
+
+    app.send_task(task, kwargs=kwargs, queue=queue)
+
+
+def confirm_create(
+    *,
+    report: Report,
+    user: AbstractBaseUser | None,
+    command: str | None = None,
+    args_patch: dict[str, Any] | None = None,
+    env_patch: dict[str, Any] | None = None,
+    probes: list[str] | None = None,
+) -> ConfirmRun:
+    """Queue a confirm of the report's launch with its fix applied (or of `command`, as edited by a
+    person). Raises ConfirmRejected with a reason a person can act on."""
+    plan = confirm_plan(report=report)
+    if report.status != Report.Status.DONE:
+        raise ConfirmRejected("the report is not parsed yet")
+    if command is not None and command.strip():
+        try:
+            launch = launch_from_command(command)
+        except LaunchError as error:
+            raise ConfirmRejected(str(error)) from None
+        if args_patch or env_patch:
+            launch = apply_patch(launch, args=args_patch or {}, env=env_patch or {})
+    else:
+        if plan.launch is None:
+            raise ConfirmRejected(plan.reason or "no launch to confirm")
+        fix_args = plan.fix_args if args_patch is None else args_patch
+        fix_env = plan.fix_env if env_patch is None else env_patch
+        launch = apply_patch(plan.launch, args=fix_args, env=fix_env)
+    for name in launch.env:
+        if len(name) > 200:
+            raise ConfirmRejected("an environment variable name is too long")
+    arch = report.arch or None
+    queue = arch_queue(arch)
+    waiting = not hosts_for_queue(queue)
+    with transaction.atomic():
+        confirm = ConfirmRun.objects.create(
+            project=report.project,
+            report=report,
+            created_by=user if user is not None and user.is_authenticated else None,
+            status=ConfirmRun.Status.WAITING_FOR_HOST if waiting else ConfirmRun.Status.QUEUED,
+            arch=arch or "",
+            queue=queue,
+            signature_id=plan.signature_id,
+            launcher=launch.launcher,
+            args=launch.args(),
+            env=dict(launch.env),
+            original_command=plan.launch.command() if plan.launch else "",
+            fix_args=plan.fix_args if args_patch is None else args_patch,
+            fix_env=plan.fix_env if env_patch is None else env_patch,
+            probes=list(plan.probes if probes is None else probes),
+        )
+        job: ConfirmJob = {
+            "confirm_id": confirm.id,
+            "report_id": report.id,
+            "launch": {"launcher": launch.launcher, "args": launch.args(), "env": dict(launch.env)},
+            "server": launch.server if launch.server != "unknown" else (report.server or "unknown"),
+            "arch": arch,
+            "smoke_prompt": SMOKE_PROMPT,
+            "probes": list(confirm.probes),
+            "model_shapes": {},
+            **_job_settings(),  # type: ignore[typeddict-item]
+        }
+        confirm.job = dict(job)
+        confirm.save(update_fields=["job"])
+        transaction.on_commit(lambda: _send(CONFIRM_TASK, {"job": dict(job)}, queue), robust=True)
+    return confirm
+
+
+def confirm_started(*, payload: dict[str, Any]) -> None:
+    host = GpuHost.objects.filter(name=str(payload.get("host") or "")).first()
+    ConfirmRun.objects.filter(
+        id=int(payload["confirm_id"]),
+        status__in=[ConfirmRun.Status.WAITING_FOR_HOST, ConfirmRun.Status.QUEUED],
+    ).update(
+        status=ConfirmRun.Status.RUNNING,
+        started_at=timezone.now(),
+        host=host,
+        host_name=str(payload.get("host") or "")[:200],
+        argv=[str(a) for a in payload.get("argv") or []],
+    )
+
+
+def confirm_output(*, payload: dict[str, Any]) -> None:
+    confirm_id = int(payload["confirm_id"])
+    text = str(payload.get("text") or "")
+    limit = int(getattr(settings, "DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES", 64 * 1024 * 1024))
+    confirm = ConfirmRun.objects.filter(id=confirm_id).only("id", "output_bytes").first()
+    if confirm is None:
+        return
+    if confirm.output_bytes > limit:
+        text = ""  # the count still tells the report how much was dropped
+    try:
+        with transaction.atomic():
+            ConfirmOutput.objects.create(confirm_id=confirm_id, seq=int(payload["seq"]), text=text)
+            ConfirmRun.objects.filter(id=confirm_id).update(output_bytes=F("output_bytes") + len(text))
+    except IntegrityError:
+        pass  # a redelivered piece
+
+
+class OutputIncomplete(Exception):
+    """Some streamed output pieces have not been stored yet; try again shortly."""
+
+
+def confirm_output_text(confirm: ConfirmRun) -> str:
+    return "".join(
+        ConfirmOutput.objects.filter(confirm=confirm).order_by("seq").values_list("text", flat=True)
+    )
+
+
+def confirm_finished(*, payload: dict[str, Any], allow_missing: bool = False) -> ConfirmRun | None:
+    """Store the worker's outcome and turn the output into a new report. Raises OutputIncomplete
+    while pieces the worker sent are missing (unless allow_missing)."""
+    from dispatchlab.reports.services import report_submit
+
+    confirm = (
+        ConfirmRun.objects.select_related("project", "report", "created_by")
+        .filter(id=int(payload["confirm_id"]))
+        .first()
+    )
+    if confirm is None or confirm.is_finished or confirm.result_report_id:
+        return confirm
+    host = GpuHost.objects.filter(name=str(payload.get("host") or "")).first()
+    confirm.host = host or confirm.host
+    confirm.host_name = str(payload.get("host") or confirm.host_name)[:200]
+    confirm.result = {k: v for k, v in payload.items() if k != "confirm_id"}
+    confirm.argv = [str(a) for a in payload.get("argv") or confirm.argv]
+    if payload.get("status") == "refused":
+        confirm.status = ConfirmRun.Status.REFUSED
+        confirm.error = str(payload.get("error") or "refused by the worker")
+        confirm.finished_at = timezone.now()
+        confirm.save()
+        return confirm
+    sent = int(payload.get("output_pieces") or 0)
+    stored = ConfirmOutput.objects.filter(confirm=confirm).count()
+    if stored < sent and not allow_missing:
+        raise OutputIncomplete(f"{stored} of {sent} output pieces stored")
+    text = confirm_output_text(confirm)
+    header = (
+        f"# dispatchlab confirm run {confirm.id} of report {confirm.report_id} on {confirm.host_name}, "
+        f"{timezone.now().isoformat(timespec='seconds')}\n"
+        f"$ {' '.join(confirm.argv)}\n"
+    )
+    if stored < sent:
+        header += f"# {sent - stored} output pieces were lost on the way\n"
+    body = (header + text).encode("utf-8", errors="replace")
+    name = f"confirm-{confirm.id}.log"
+    with transaction.atomic():
+        report, _ = report_submit(
+            project=confirm.project,
+            user=confirm.created_by,
+            files=[ContentFile(body, name=name)],
+            title=f"Confirm {confirm.id} of report {confirm.report_id}: {confirm.report.title}"[:300],
+            launch_command=" ".join(confirm.argv),
+        )
+        confirm.result_report = report
+        confirm.status = ConfirmRun.Status.PARSING
+        confirm.save()
+    if report.is_finished:
+        confirm_report_parsed(report_id=report.id)
+    probes = payload.get("probes") or []
+    if probes:
+        probes_store(
+            payload={
+                "probe_run_id": None,
+                "host": confirm.host_name,
+                "probes": probes,
+                "inventory": payload.get("inventory") or {},
+            },
+            confirm=confirm,
+        )
+    return confirm
+
+
+def _outcome(confirm: ConfirmRun, report: Report) -> tuple[str, str]:
+    result = confirm.result or {}
+    smoke = result.get("smoke") or {}
+    garbage = smoke.get("garbage") or {}
+    if not result.get("ready"):
+        diagnosis = report.top_match_title or report.failure_class or "no known failure"
+        how = result.get("stopped_by") or "did not become ready"
+        return ConfirmRun.Status.STILL_FAILS, f"the fixed launch {how}: {diagnosis}"
+    if smoke.get("error"):
+        return (
+            ConfirmRun.Status.STILL_FAILS,
+            f"the server came up but the smoke request failed: {smoke['error']}",
+        )
+    if garbage.get("garbage"):
+        return (
+            ConfirmRun.Status.GARBAGE,
+            f"the server answers garbage: {garbage.get('reason') or garbage.get('kind')}",
+        )
+    return ConfirmRun.Status.FIXED, ""
+
+
+def confirm_report_parsed(*, report_id: int) -> ConfirmRun | None:
+    """Called when a report finished parsing: if it holds a confirm's output, decide the outcome."""
+    confirm = (
+        ConfirmRun.objects.select_related("result_report", "report")
+        .filter(result_report_id=report_id)
+        .first()
+    )
+    if confirm is None or confirm.is_finished:
+        return confirm
+    report = confirm.result_report
+    assert report is not None
+    status, error = _outcome(confirm, report)
+    result = confirm.result or {}
+    gpus = (result.get("inventory") or {}).get("gpus") or []
+    with transaction.atomic():
+        confirm.status = status
+        confirm.error = error
+        confirm.finished_at = timezone.now()
+        confirm.save(update_fields=["status", "error", "finished_at"])
+        if confirm.signature_id:
+            versions = (result.get("inventory") or {}).get("versions") or {}
+            server = report.server if report.server in ("sglang", "vllm") else ""
+            SignatureConfirmation.objects.update_or_create(
+                confirm=confirm,
+                defaults={
+                    "signature_id": confirm.signature_id,
+                    "outcome": status,
+                    "gpu_name": str(gpus[0].get("name") or "") if gpus else "",
+                    "arch": str(gpus[0].get("arch") or "") if gpus else confirm.arch,
+                    "server": server,
+                    "server_version": report.server_version or str(versions.get(server) or ""),
+                },
+            )
+    return confirm
+
+
+def signature_confirmations(signature_ids: list[str]) -> dict[str, list[SignatureConfirmation]]:
+    found: dict[str, list[SignatureConfirmation]] = {}
+    for item in SignatureConfirmation.objects.filter(signature_id__in=signature_ids).order_by("-created_at"):
+        found.setdefault(item.signature_id, []).append(item)
+    return found
+
+
+# ---------------------------------------------------------------- probes
+
+
+def probe_request(
+    *,
+    project: Project | None,
+    host: GpuHost | None = None,
+    arch: str | None = None,
+    probes: list[str] | None = None,
+) -> ProbeRun:
+    queue = host_queue(host.name) if host is not None else arch_queue(arch)
+    with transaction.atomic():
+        run = ProbeRun.objects.create(
+            project=project, host=host, host_name=host.name if host else "", queue=queue, arch=arch or ""
+        )
+        kwargs = {"job": {"probe_run_id": run.id, "probes": list(probes or []), "model_shapes": {}}}
+        transaction.on_commit(lambda: _send(PROBE_TASK, kwargs, queue), robust=True)
+    return run
+
+
+def probes_store(*, payload: dict[str, Any], confirm: ConfirmRun | None = None) -> ProbeRun:
+    inventory = payload.get("inventory") or {}
+    gpus = inventory.get("gpus") or []
+    host = GpuHost.objects.filter(name=str(payload.get("host") or "")).first()
+    run = None
+    if payload.get("probe_run_id"):
+        run = ProbeRun.objects.filter(id=int(payload["probe_run_id"])).first()
+    if run is None:
+        run = ProbeRun(project=confirm.project if confirm else None, confirm=confirm, queue=GPU_QUEUE)
+    run.host = host or run.host
+    run.host_name = str(payload.get("host") or run.host_name)[:200]
+    run.status = ProbeRun.Status.DONE
+    run.finished_at = timezone.now()
+    run.gpu_name = str(gpus[0].get("name") or "") if gpus else ""
+    run.arch = str(gpus[0].get("arch") or "") if gpus else run.arch
+    run.versions = inventory.get("versions") or {}
+    run.results = [p for p in payload.get("probes") or [] if isinstance(p, dict)]
+    run.save()
+    return run
