@@ -264,7 +264,9 @@ DISPATCHLAB_CONFIRM_READY_TIMEOUT = env_int("DISPATCHLAB_CONFIRM_READY_TIMEOUT",
 # The throughput measurement runs at 1 and at this many concurrent requests.
 DISPATCHLAB_CONFIRM_CONCURRENCY = env_int("DISPATCHLAB_CONFIRM_CONCURRENCY", 4, minimum=1)
 # Output of one launch kept beyond this is counted, not stored.
-DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES = env_int("DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024)
+DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES = env_int(
+    "DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024
+)
 
 # ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
 BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", DEFAULT_BROKER_URL)

@@ -99,3 +99,4 @@ class ConfirmOutcome(TypedDict, total=False):
     probes: list[dict[str, Any]]
     inventory: dict[str, Any]
     duration_s: float
+    output_pieces: int  # how many confirms.output pieces were sent, so none is missed

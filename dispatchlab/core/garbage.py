@@ -1,0 +1,370 @@
+"""Is a model's answer nonsense? The GPU worker asks this of every re-run launch that starts serving.
+
+Broken kernels and random weights rarely fail loudly: the server starts and answers, but decoding
+collapses to token 0 (`!!!!!!!!`), loops on one token or phrase, or emits random subword pieces from
+many scripts glued together. Each detector looks for one of those shapes and is tuned to stay silent on
+ordinary answers in any language, code, lists and numbers; tests/core/test_garbage.py measures both on
+a corpus. Word salad written in one script (random English subwords) is out of reach without a
+dictionary, and is not claimed.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from itertools import groupby
+from typing import Any
+
+
+class GarbageKind(StrEnum):
+    PUNCTUATION_RUN = "punctuation_run"
+    REPEATED_TOKEN = "repeated_token"
+    HASH_RUN = "hash_run"
+    MIXED_SCRIPT_NOISE = "mixed_script_noise"
+    EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class GarbageVerdict:
+    garbage: bool
+    kind: GarbageKind | None
+    reason: str
+    # Strength of the strongest evidence found, 0..1 (the dominating share, the loop's coverage, the
+    # density of script noise); a clean answer carries its strongest sub-threshold evidence.
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "garbage": self.garbage,
+            "kind": None if self.kind is None else str(self.kind),
+            "reason": self.reason,
+            "score": round(self.score, 3),
+        }
+
+
+# Answers are short; a huge one is judged on its head and tail, where loops and collapse show.
+_MAX_CHARS = 20_000
+# Characters that legitimately come in long runs (rules, underlines, leaders, brackets, arrows):
+# they count as garbage only when they are practically the whole answer.
+_RULE_CHARS = frozenset("-=_~*.`|+/\\<>()[]{}:─━═—")
+_HASH_CHARS = frozenset("#＃")
+# Token 0 of the GPT-2, Llama 3 and Qwen vocabularies is '!': a run this long is collapse, not emphasis.
+_LOUD_CHARS = frozenset("!?！？¡¿")
+_LOUD_RUN = 16
+_DOMINANT = 0.5
+_MAX_PERIOD = 40
+
+_SCRIPTS = frozenset(
+    ["LATIN", "GREEK", "CYRILLIC", "ARMENIAN", "HEBREW", "ARABIC", "SYRIAC", "THAANA", "NKO", "SAMARITAN", "DEVANAGARI", "BENGALI", "GURMUKHI", "GUJARATI", "ORIYA", "TAMIL", "TELUGU", "KANNADA", "MALAYALAM", "SINHALA", "THAI", "LAO", "TIBETAN", "MYANMAR", "GEORGIAN", "HANGUL", "ETHIOPIC", "CHEROKEE", "CANADIAN", "OGHAM", "RUNIC", "TAGALOG", "KHMER", "MONGOLIAN", "LIMBU", "BUGINESE", "BALINESE", "SUNDANESE", "JAVANESE", "YI", "VAI", "TIFINAGH", "GLAGOLITIC", "CJK"]
+)
+# Japanese mixes kanji, hiragana and katakana in one word: one group, as Chinese and Japanese share it.
+_CJK_NAMES = frozenset({"CJK", "HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA", "IDEOGRAPHIC", "BOPOMOFO"})
+# One CJK character (a Hangul syllable) carries about as much as a short word: weigh shares by it.
+_SHARE_WEIGHT = {"CJK": 3, "HANGUL": 2}
+# Scripts whose one- or two-letter pieces are ordinary (variables, Greek symbols in maths).
+_FRAGMENT_EXEMPT = frozenset({"LATIN", "GREEK"})
+_AT_HOME = 0.4
+
+
+def _verdict(kind: GarbageKind, score: float, reason: str) -> GarbageVerdict:
+    return GarbageVerdict(garbage=True, kind=kind, reason=reason, score=min(1.0, score))
+
+
+def _pct(share: float) -> str:
+    return f"{round(share * 100)}%"
+
+
+def _show(unit: str) -> str:
+    unit = " ".join(unit.split())
+    return repr(unit if len(unit) <= 40 else unit[:37] + "...")
+
+
+def detect_garbage(text: str) -> GarbageVerdict:
+    """Judge one answer: garbage (with the kind and a reason for people) or not."""
+    if len(text) > _MAX_CHARS:
+        text = text[: _MAX_CHARS // 2] + "\n" + text[-_MAX_CHARS // 2 :]
+    if not text.strip():
+        reason = "the answer is empty" if not text else "the answer is only whitespace"
+        return _verdict(GarbageKind.EMPTY, 1.0, reason)
+    visible = "".join(text.split())
+    evidence = 0.0
+    for check in (_broken_characters, _symbol_runs, _loops, _dominant_word, _script_noise):
+        verdict, strength = check(text, visible)
+        if verdict is not None:
+            return verdict
+        evidence = max(evidence, strength)
+    return GarbageVerdict(garbage=False, kind=None, reason="looks like an ordinary answer", score=evidence)
+
+
+_Check = tuple[GarbageVerdict | None, float]
+
+
+def _is_broken(ch: str) -> bool:
+    """U+FFFD (undecodable bytes), control characters other than whitespace, unassigned code points."""
+    if ch == "\ufffd":
+        return True
+    category = unicodedata.category(ch)
+    return category in ("Cs", "Cn") or (category == "Cc" and not ch.isspace())
+
+
+def _broken_characters(text: str, visible: str) -> _Check:
+    broken = sum(1 for ch in text if _is_broken(ch))
+    share = broken / len(visible)
+    # One U+FFFD at the end is a multi-byte character cut by max_tokens, not a broken model.
+    if broken and ((broken >= 3 and share >= 0.05) or share >= 0.3):
+        reason = (
+            f"{broken} replacement or control characters (undecodable bytes), {_pct(share)} of the answer"
+        )
+        return _verdict(GarbageKind.MIXED_SCRIPT_NOISE, max(share, 0.5), reason), share
+    return None, share
+
+
+def _longest_run(visible: str, ch: str) -> int:
+    return max((len(list(group)) for key, group in groupby(visible) if key == ch), default=0)
+
+
+def _symbol_runs(text: str, visible: str) -> _Check:
+    symbols = Counter(ch for ch in visible if unicodedata.category(ch)[0] in "PS")
+    if not symbols:
+        return None, 0.0
+    ch, count = symbols.most_common(1)[0]
+    share = count / len(visible)
+    run = _longest_run(visible, ch)
+    if run < 8:
+        return None, 0.0
+    if ch in _HASH_CHARS:
+        if share >= _DOMINANT:
+            reason = f"{_pct(share)} of the answer is the character {ch!r} repeated (a run of {run})"
+            return _verdict(GarbageKind.HASH_RUN, share, reason), share
+        return None, share
+    needed = 0.9 if ch in _RULE_CHARS else _DOMINANT
+    if share >= needed:
+        reason = f"{_pct(share)} of the answer is the character {ch!r} repeated (a run of {run})"
+        return _verdict(GarbageKind.PUNCTUATION_RUN, share, reason), share
+    if ch in _LOUD_CHARS and run >= _LOUD_RUN:
+        reason = f"the answer collapses into a run of {run} {ch!r} ({_pct(share)} of the answer)"
+        return _verdict(GarbageKind.PUNCTUATION_RUN, max(share, 0.5), reason), share
+    return None, share
+
+
+@dataclass(frozen=True)
+class _Loop:
+    unit: str
+    repeats: int
+    share: float  # visible characters inside the loop / visible characters of the answer
+
+
+def _find_loops(text: str, visible_len: int) -> list[_Loop]:
+    """Stretches where a unit of 1.._MAX_PERIOD characters repeats back to back, at least 4 times."""
+    flat = " ".join(text.split())
+    loops: list[_Loop] = []
+    for period in range(1, min(_MAX_PERIOD, len(flat) // 4) + 1):
+        start = 0
+        for same, group in groupby(a == b for a, b in zip(flat, flat[period:], strict=False)):
+            length = len(list(group))
+            if same and length + period >= 4 * period and not _is_periodic(flat[start : start + period]):
+                span = flat[start : start + length + period]
+                unit = _word_aligned(span[:period])
+                # 'the the the' holds three 'the ' although the last one lost its space.
+                repeats = max((length + period) // period, span.count(unit.strip()))
+                covered = len(span) - span.count(" ")
+                loops.append(_Loop(unit, repeats, covered / visible_len))
+            start += length
+    return loops
+
+
+def _is_periodic(unit: str) -> bool:
+    """'xxxx' or 'abab': a shorter unit's loop already covers this stretch."""
+    return len(unit) > 1 and unit in (unit + unit)[1:-1]
+
+
+def _word_aligned(unit: str) -> str:
+    """'he t' -> 'the ' style rotation so a reason quotes the repeated words, not a slice of them."""
+    if " " in unit and not unit.startswith(" ") and not unit.endswith(" "):
+        cut = unit.index(" ") + 1
+        return unit[cut:] + unit[:cut]
+    return unit
+
+
+def _loop_is_garbage(loop: _Loop) -> bool:
+    unit = loop.unit.strip()
+    if not unit:
+        return False
+    if any(ch.isalpha() for ch in unit):
+        east_asian = any(_script(ch) in ("CJK", "HANGUL") for ch in unit)
+        if len(unit) <= 3 and " " not in unit and not east_asian:
+            # 'xxxxxxxx' in an API-key placeholder, 'AAAA' in base64: only when it is the whole answer.
+            return loop.repeats >= 8 and loop.share >= _DOMINANT
+        if len(unit) == 1:
+            return loop.repeats >= 8
+        return loop.repeats >= 6 or (loop.repeats >= 4 and loop.share >= _DOMINANT)
+    if any(ch.isdigit() for ch in unit):
+        # 1000000000, 0x0000000000000000, a googol: numbers repeat digits legitimately.
+        return loop.repeats >= 16 and loop.share >= 0.9
+    return loop.repeats >= 8 and loop.share >= 0.6
+
+
+def _loops(text: str, visible: str) -> _Check:
+    loops = _find_loops(text, len(visible))
+    flagged = [loop for loop in loops if _loop_is_garbage(loop)]
+    strength = max((loop.share for loop in loops), default=0.0)
+    if not flagged:
+        return None, strength
+    loop = max(flagged, key=lambda item: (item.share, -len(item.unit)))
+    unit = loop.unit.strip()
+    words = len(unit.split())
+    what = f"the phrase {_show(unit)}" if words > 1 else _show(unit)
+    reason = f"{what} is repeated {loop.repeats} times in a row ({_pct(loop.share)} of the answer)"
+    if any(ch.isalnum() for ch in unit):
+        return _verdict(GarbageKind.REPEATED_TOKEN, max(loop.share, 0.5), reason), strength
+    return _verdict(GarbageKind.PUNCTUATION_RUN, max(loop.share, 0.5), reason), strength
+
+
+def _words(text: str) -> list[str]:
+    """Words with letters; each CJK character counts as a word of its own."""
+    words: list[str] = []
+    for chunk in text.split():
+        word = ""
+        for ch in chunk:
+            if _script(ch) == "CJK":
+                if word:
+                    words.append(word)
+                    word = ""
+                words.append(ch)
+            elif ch.isalnum() or ch in "<>|_'":
+                # Case kept: a broken model repeats one token exactly, and 'Buffalo buffalo ...' is English.
+                word += ch
+            elif word:
+                words.append(word)
+                word = ""
+        if word:
+            words.append(word)
+    return [word for word in words if any(ch.isalpha() for ch in word)]
+
+
+def _dominant_word(text: str, visible: str) -> _Check:
+    """One token dominating the answer without being back to back ('the of the the and the the')."""
+    words = _words(text)
+    if len(words) < 10:
+        return None, 0.0
+    word, count = Counter(words).most_common(1)[0]
+    share = count / len(words)
+    if count >= 8 and share >= 0.6:
+        reason = f"{_show(word)} makes up {_pct(share)} of the words ({count} of {len(words)})"
+        return _verdict(GarbageKind.REPEATED_TOKEN, share, reason), share
+    return None, share / 2
+
+
+@lru_cache(maxsize=8192)
+def _script(ch: str) -> str | None:
+    """The script of a letter ('LATIN', 'CYRILLIC', 'CJK', ...); '' for a mark that belongs to the
+    letter before it; None for anything that is not a letter of a known script."""
+    category = unicodedata.category(ch)
+    if category[0] not in "LM":
+        return None
+    words = unicodedata.name(ch, "").split()
+    if not words:
+        return None
+    first = words[1] if words[0] in ("FULLWIDTH", "HALFWIDTH") and len(words) > 1 else words[0]
+    if first in _CJK_NAMES:
+        return "CJK"
+    if first == "COPTIC":
+        return "GREEK"
+    if first in _SCRIPTS:
+        return first
+    return "" if category[0] == "M" else None
+
+
+@dataclass
+class _Run:
+    script: str
+    letters: int
+    glued: bool  # starts right after a letter of another script, with nothing between
+    start: int
+    end: int
+
+
+_OPENERS = "([{'\"«“‘「『《〈"
+_CLOSERS = ")]}'\"»”’」』》〉"
+
+
+def _script_runs(text: str) -> list[_Run]:
+    runs: list[_Run] = []
+    after_letter = False
+    for index, ch in enumerate(text):
+        script = _script(ch)
+        if script == "":
+            if after_letter:
+                runs[-1].end = index + 1
+            continue
+        if script is None:
+            after_letter = False
+            continue
+        if after_letter and runs[-1].script == script:
+            runs[-1].letters += 1
+            runs[-1].end = index + 1
+        else:
+            runs.append(_Run(script, 1, glued=after_letter, start=index, end=index + 1))
+        after_letter = True
+    return runs
+
+
+def _quoted(text: str, run: _Run) -> bool:
+    """'(Ж)', "'و' means 'and'": a letter shown on purpose, not a stray piece."""
+    return 0 < run.start and run.end < len(text) and text[run.start - 1] in _OPENERS and text[run.end] in _CLOSERS
+
+
+def _glue_is_ordinary(a: str, b: str, home: set[str]) -> bool:
+    pair = {a, b}
+    if pair in ({"LATIN", "GREEK"}, {"HANGUL", "CJK"}):
+        return True
+    # '用Python写', 'Pythonで', 'API를': Latin terms glued into CJK or Korean text where that is the language.
+    return "LATIN" in pair and bool(pair & {"CJK", "HANGUL"} & home)
+
+
+def _script_noise(text: str, visible: str) -> _Check:
+    """Random token ids decoded by a multilingual BPE vocabulary: short pieces of many scripts, often
+    glued together ('дом的ของ'), and stray letters of a script the answer is not written in."""
+    runs = _script_runs(text)
+    if len(runs) < 3:
+        return None, 0.0
+    weight: Counter[str] = Counter()
+    for run in runs:
+        weight[run.script] += run.letters * _SHARE_WEIGHT.get(run.script, 1)
+    total = sum(weight.values())
+    home = {script for script, w in weight.items() if w / total >= _AT_HOME}
+    glued = 0
+    stray = 0
+    for index, run in enumerate(runs):
+        before = runs[index - 1].script if index else None
+        after = runs[index + 1].script if index + 1 < len(runs) else None
+        if run.glued and before is not None and not _glue_is_ordinary(before, run.script, home):
+            glued += 1
+        elif (
+            not run.glued
+            and run.script not in _FRAGMENT_EXEMPT
+            and run.script not in home
+            and run.letters <= (1 if run.script in _SHARE_WEIGHT else 2)
+            and before != run.script
+            and after != run.script
+            and not (after is not None and runs[index + 1].glued)
+            and not _quoted(text, run)
+        ):
+            stray += 1
+    broken = sum(1 for ch in text if _is_broken(ch))
+    events = glued + stray + broken
+    density = events / len(runs)
+    scripts = len(weight)
+    if events >= 3 and density >= 0.15 and (scripts >= 3 or events >= 5):
+        names = ", ".join(script.title() for script, _ in weight.most_common(6))
+        parts = [f"{glued} pieces of different scripts glued together"] if glued else []
+        if stray:
+            parts.append(f"{stray} stray letters of scripts the answer is not written in")
+        if broken:
+            parts.append(f"{broken} undecodable characters")
+        reason = f"{' and '.join(parts)} among {len(runs)} words, across {scripts} scripts ({names})"
+        return _verdict(GarbageKind.MIXED_SCRIPT_NOISE, max(density, 0.5), reason), density
+    return None, min(density, 0.49) if events else 0.0

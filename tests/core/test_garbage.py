@@ -1,0 +1,234 @@
+"""The smoke test's judge: nonsense answers are flagged with a reason, ordinary answers never are.
+
+CLEAN is a corpus of ordinary answers (many languages, code, markup, numbers, short answers); GARBAGE
+holds the shapes broken servers really produce: collapse to token 0 ('!'), token and phrase loops,
+'#' runs, random token ids decoded by a multilingual BPE vocabulary, undecodable bytes. The figures
+the corpus tests assert are the detector's measured false-alarm and detection rates.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatchlab.core.garbage import GarbageKind, GarbageVerdict, detect_garbage
+
+CLEAN: list[str] = [
+    # English, short and long
+    "Paris.",
+    " Paris, the largest city in the country and home to the Eiffel Tower.",
+    "Yes.",
+    "42",
+    "No, that is not correct.",
+    "The capital of France is Paris. It has been the seat of government since the 10th century, with a "
+    "short interruption during the Second World War when the government moved to Vichy.",
+    "It was very, very cold that winter, and the river froze solid for two months.",
+    "That's a good, good question: the answer depends on the load.",
+    "Wow! That is amazing!! Let me explain why it works.",
+    "Really?? I did not know that.",
+    # other languages
+    "Die Hauptstadt von Frankreich ist Paris. Sie liegt an der Seine und hat etwa 2,1 Millionen Einwohner.",
+    "La capitale de la France est Paris, une ville célèbre pour la tour Eiffel et le musée du Louvre.",
+    "La capital de Francia es París. ¿Quieres saber más sobre su historia?",
+    "A capital da França é Paris, às margens do rio Sena.",
+    "Stolicą Francji jest Paryż, położony nad Sekwaną.",
+    "Fransa'nın başkenti Paris'tir; şehir Seine Nehri'nin iki yakasına kurulmuştur.",
+    "Thủ đô của Pháp là Paris, một thành phố nổi tiếng với tháp Eiffel.",
+    "法国的首都是巴黎。巴黎位于塞纳河畔，是法国的政治、经济和文化中心。",
+    "我用Python写了一个Web服务，部署在Kubernetes上，用 Redis 做缓存，用 Go 写网关。",
+    "フランスの首都はパリです。エッフェル塔やルーヴル美術館で有名で、毎年多くの観光客が訪れます。",
+    "Pythonのリスト内包表記を使うと、ループを1行で書けます。例：[x * 2 for x in range(10)]",
+    "東京タワーは1958年に完成しました。展望台ではWi-Fiも使えます。",
+    "프랑스의 수도는 파리입니다. 파리는 센 강변에 위치해 있습니다.",
+    "Python을 사용하면 REST API를 쉽게 만들 수 있습니다. 먼저 FastAPI를 설치하세요.",
+    "Столица Франции — Париж. Он расположен на реке Сене, и в нём живёт около 2 млн человек.",
+    "Используйте pip install requests, а затем импортируйте модуль в Python и вызовите get().",
+    "عاصمة فرنسا هي باريس، وتقع على ضفاف نهر السين.",
+    "يمكنك استخدام Python لتحليل البيانات بسهولة.",
+    "फ्रांस की राजधानी पेरिस है। यह सीन नदी के किनारे बसा है।",
+    "Η πρωτεύουσα της Γαλλίας είναι το Παρίσι.",
+    "בירת צרפת היא פריז.",
+    "เมืองหลวงของฝรั่งเศสคือปารีส ตั้งอยู่ริมแม่น้ำแซน",
+    "Hello in Japanese is こんにちは, in Russian Привет, in Arabic مرحبا, in Hindi नमस्ते, in Thai "
+    "สวัสดี and in Korean 안녕하세요.",
+    "| Language | Greeting |\n|----------|----------|\n| 日本語 | こんにちは |\n| Русский | Привет |\n"
+    "| العربية | مرحبا |\n| 한국어 | 안녕하세요 |",
+    "The Russian alphabet starts with а, б, в, г, д; the letter ж sounds like the 's' in 'pleasure'.",
+    "The character 水 means water and 火 means fire.",
+    "One letter of each script: Latin (A), Greek (Ω), Cyrillic (Ж), Arabic (ع), Hebrew (א), "
+    "Devanagari (क), Thai (ก), Hangul (한), Han (字).",
+    "In Arabic, 'و' means 'and', 'في' means 'in', and 'من' means 'from'.",
+    "こんにちは (konnichiwa) means hello, and ありがとう (arigatō) means thank you.",
+    "Row, row, row your boat, gently down the stream. Merrily, merrily, merrily, merrily, life is but a dream.",
+    "大韓民國(대한민국)은 동아시아에 있는 나라입니다.",
+    # maths and science
+    "The area of a circle is πr², so with r = 2 m it is about 12.57 m². For θ = 30°, sin θ = 0.5.",
+    "The latency dropped from 120 μs to 35 μs after enabling CUDA graphs; λ = 0.01 worked best.",
+    "Water is H₂O; the reaction releases 286 kJ/mol at 25 °C and 1 atm (Δ H < 0).",
+    "A googol is 1 followed by 100 zeros: 1" + "0" * 100,
+    "The population is 68,000,000 and the budget was €1,000,000,000 in 2023.",
+    "The null pointer on x86-64 is usually 0x0000000000000000.",
+    "1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144",
+    # code and markup
+    "```python\n# compute the total\ndef total(xs: list[int]) -> int:\n    # sum of all items\n    return sum(xs)\n```",
+    "##########\n# Setup\n##########\nimport os\n\nBASE = os.environ.get('BASE', '/tmp')\nprint(BASE)\n",
+    "## Installation\n\n### From PyPI\n\n```bash\npip install dispatchlab\n```\n\n#### Notes\n\n- needs Python 3.11",
+    "if (a != b && !!flag) {\n  console.log('not equal!');\n}\nconst x = !!(y ?? z);",
+    "(defun fib (n) (if (< n 2) n (+ (fib (- n 1)) (fib (- n 2)))))",
+    '{"name": "Paris", "country": "France", "population": 2102650, "tags": ["capital", "city"]}',
+    "[[0, 0, 0], [0, 0, 0], [0, 0, 0]]",
+    "tensor([0., 0., 0., 0., 0., 0., 0., 0., 0., 0.])",
+    'client = OpenAI(api_key="sk-xxxxxxxxxxxxxxxxxxxxxxxx", base_url="http://localhost:30000/v1")',
+    "The regex ^[\\w.+-]+@[\\w-]+\\.[\\w.]+$ matches most e-mail addresses.",
+    "See https://docs.python.org/3/library/urllib.request.html#urllib.request.urlopen for details.",
+    "# 计算总和\ntotal = sum(values)  # 所有值的和\nprint(f'总计: {total}')",
+    "Title\n=====\n\nSome text under the title.\n\n---\n\nMore text.",
+    "Contents\n1. Introduction ........ 1\n2. Methods ............. 4\n3. Results ............. 9",
+    "- apples\n- bananas\n- cherries\n- dates",
+    "Step 1: open the file.\nStep 2: read the lines.\nStep 3: close the file.",
+    "def f():\n    pass\n\n\ndef g():\n    pass\n",
+    "Ha ha, nice try.",
+    "Buffalo buffalo Buffalo buffalo buffalo buffalo Buffalo buffalo is a grammatical English sentence.",
+    "Use `--attention-backend triton` on sm_120; FA3 needs sm_90.",
+    "😊 Sure! Here is the list: 🍎 apple, 🍌 banana, 🍒 cherry.",
+    "Paris\ufffd",
+]
+
+GARBAGE: list[tuple[str, GarbageKind]] = [
+    ("!!!!!!!!", GarbageKind.PUNCTUATION_RUN),
+    ("!" * 64, GarbageKind.PUNCTUATION_RUN),
+    (" Paris is the!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", GarbageKind.PUNCTUATION_RUN),
+    (" ! ! ! ! ! ! ! ! ! ! ! !", GarbageKind.PUNCTUATION_RUN),
+    ("??????????????", GarbageKind.PUNCTUATION_RUN),
+    ("！！！！！！！！！！", GarbageKind.PUNCTUATION_RUN),
+    ("!?!?!?!?!?!?!?!?!?!?", GarbageKind.PUNCTUATION_RUN),
+    (
+        "The capital of France is Paris. The capital of Germany is Berlin and!!!!!!!!!!!!!!!!!!!!",
+        GarbageKind.PUNCTUATION_RUN,
+    ),
+    ("########", GarbageKind.HASH_RUN),
+    ("################################################################", GarbageKind.HASH_RUN),
+    ("## ## ## ## ## ## ## ## ## ##", GarbageKind.HASH_RUN),
+    ("the the the the the the the the the the", GarbageKind.REPEATED_TOKEN),
+    (" Paris Paris Paris Paris Paris Paris Paris Paris Paris", GarbageKind.REPEATED_TOKEN),
+    ("<unk><unk><unk><unk><unk><unk><unk><unk><unk><unk>", GarbageKind.REPEATED_TOKEN),
+    ("的的的的的的的的的的的的", GarbageKind.REPEATED_TOKEN),
+    ("是是是是是是是是是", GarbageKind.REPEATED_TOKEN),
+    ("<|endoftext|><|endoftext|><|endoftext|><|endoftext|><|endoftext|>", GarbageKind.REPEATED_TOKEN),
+    (" Paris. I am a student. I am a student. I am a student. I am a student. I am a student. I am a",
+     GarbageKind.REPEATED_TOKEN),
+    ("of the of the of the of the of the of the of the", GarbageKind.REPEATED_TOKEN),
+    (" is the capital of the capital of the capital of the capital of the capital of the capital of",
+     GarbageKind.REPEATED_TOKEN),
+    ("the of the the and the the the to the the the a the the", GarbageKind.REPEATED_TOKEN),
+    ("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", GarbageKind.REPEATED_TOKEN),
+    ("0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0", GarbageKind.REPEATED_TOKEN),
+    (" Paris\n\nParis\n\nParis\n\nParis\n\nParis\n\nParis\n\nParis\n\nParis", GarbageKind.REPEATED_TOKEN),
+    ("дом的ของ مرحبا xq 三 ж ك ข", GarbageKind.MIXED_SCRIPT_NOISE),
+    # Random token ids through a Qwen/Llama-3 style byte-level BPE: subword pieces of many scripts,
+    # code fragments, odd spacing, glued words.
+    (
+        " Laboratoriesзов_nat 刊 frustr.pathname ข่าว mobs(); Helsinki לים pursuant 가능 ostat"
+        "ическийbeitenClub 县 dış\tmerged'];\n Ек sola",
+        GarbageKind.MIXED_SCRIPT_NOISE,
+    ),
+    (
+        "ologia Keyboard тақ Vers 刹 Autowired\u0627\u0644\u062aulta sponsors 의 kör _(\"кон ئ BUT ή",
+        GarbageKind.MIXED_SCRIPT_NOISE,
+    ),
+    (
+        " handwritten pix่อ Sender Spielberg eco_DIRECTORY Кор-lnd 下午 surf Дж Ó veryfalls rng "
+        "ulatory.Graphics ಮ 地址 hoje ح 하지만",
+        GarbageKind.MIXED_SCRIPT_NOISE,
+    ),
+    (
+        "ifactsерж Plaintiff(dim الموا 的 knex_TRAN भी.getObject Norris 개 ulary ষ Stanton",
+        GarbageKind.MIXED_SCRIPT_NOISE,
+    ),
+    (
+        "_WINDOW ש Weekly ал 年 quisit ض أن cuda Rest ი Mall ٹ wik Ж 体 proving ত",
+        GarbageKind.MIXED_SCRIPT_NOISE,
+    ),
+    (
+        "Пер总 ellaتر tulajdonGuid Verse_OP ở lungs 자동 ك vreme ۔ Тур Bảo 小说 fallsจะ",
+        GarbageKind.MIXED_SCRIPT_NOISE,
+    ),
+    ("\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd\ufffd", GarbageKind.MIXED_SCRIPT_NOISE),
+    ("Par\ufffd\ufffds \ufffdis th\ufffd cap\ufffdtal", GarbageKind.MIXED_SCRIPT_NOISE),
+    ("\x00\x01\x02\x03 abc \x04\x05\x06\x07", GarbageKind.MIXED_SCRIPT_NOISE),
+    ("", GarbageKind.EMPTY),
+    ("   \n\t  ", GarbageKind.EMPTY),
+]
+
+
+def test_no_ordinary_answer_in_the_corpus_is_called_garbage():
+    assert len(CLEAN) >= 40
+    false_alarms = [(text, detect_garbage(text).reason) for text in CLEAN if detect_garbage(text).garbage]
+    assert false_alarms == [], f"{len(false_alarms)}/{len(CLEAN)} false alarms"
+
+
+def test_every_garbage_sample_is_flagged_with_its_kind():
+    assert len(GARBAGE) >= 25
+    missed = []
+    for text, kind in GARBAGE:
+        verdict = detect_garbage(text)
+        if not verdict.garbage or verdict.kind != kind:
+            missed.append((text, kind, verdict.kind, verdict.reason))
+    assert missed == [], f"{len(missed)}/{len(GARBAGE)} missed or misnamed"
+
+
+@pytest.mark.parametrize("text", [text for text, _ in GARBAGE])
+def test_a_flagged_answer_says_why_and_scores_high(text):
+    verdict = detect_garbage(text)
+    assert verdict.reason and verdict.reason != "looks like an ordinary answer"
+    assert 0.5 <= verdict.score <= 1.0
+
+
+def test_the_reason_names_the_repeated_character_and_its_share():
+    verdict = detect_garbage(" Paris" + "!" * 40)
+    assert verdict.kind == GarbageKind.PUNCTUATION_RUN
+    assert "'!'" in verdict.reason and "%" in verdict.reason
+
+
+def test_the_reason_quotes_the_looping_token():
+    verdict = detect_garbage("the " * 12)
+    assert verdict.kind == GarbageKind.REPEATED_TOKEN
+    assert "'the'" in verdict.reason and "12 times" in verdict.reason
+
+
+def test_the_reason_lists_the_scripts_of_noise():
+    verdict = detect_garbage("дом的ของ مرحبا xq 三 ж ك ข")
+    assert "Cyrillic" in verdict.reason and "Thai" in verdict.reason
+
+
+def test_a_verdict_travels_as_json():
+    loud = detect_garbage("!!!!!!!!!!!!").to_dict()
+    assert json.loads(json.dumps(loud)) == loud
+    assert loud["garbage"] is True and loud["kind"] == "punctuation_run"
+    calm = detect_garbage("Paris.").to_dict()
+    assert calm["garbage"] is False and calm["kind"] is None and 0 <= calm["score"] < 0.5
+
+
+def test_a_huge_answer_is_judged_without_reading_all_of_it():
+    assert detect_garbage("word " * 1_000_000 + "!" * 10_000).garbage
+    essay = " ".join(f"Point {n}: the {n}th argument differs from the one before it." for n in range(3000))
+    assert not detect_garbage(essay).garbage
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=400))
+def test_any_text_gets_a_verdict_without_raising(text):
+    verdict = detect_garbage(text)
+    assert isinstance(verdict, GarbageVerdict)
+    assert verdict.garbage == (verdict.kind is not None)
+    assert 0.0 <= verdict.score <= 1.0
+    assert verdict.reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([text for text in CLEAN if len(text) > 20]), min_size=1, max_size=4, unique=True))
+def test_ordinary_answers_joined_together_stay_ordinary(parts):
+    assert not detect_garbage("\n\n".join(parts)).garbage

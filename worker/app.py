@@ -1,0 +1,181 @@
+"""The GPU worker's Celery app: no Django, the same broker as the dashboard.
+
+`python -m worker serve` takes inventory, subscribes to `gpu`, `gpu.<arch>` for each arch it has and
+`gpu.host.<name>`, and runs one job at a time (a GPU is not shared between two launches). A thread sends
+a heartbeat with the inventory every HEARTBEAT_SECONDS, busy or not, and a last one saying it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery import Celery
+
+from dispatchlab.messaging.broker import DEFAULT_BROKER_URL, broker_config, data_dir_from_env
+from dispatchlab.messaging.contract import (
+    CONFIRM_TASK,
+    GPU_QUEUE,
+    HEARTBEAT_SECONDS,
+    HEARTBEAT_TASK,
+    PROBE_TASK,
+    PROBES_FINISHED_TASK,
+    ConfirmJob,
+    Heartbeat,
+    ProbeJob,
+    arch_queue,
+    dashboard_queue,
+    host_queue,
+)
+from worker.config import WorkerConfig, load_config
+
+logger = logging.getLogger("dispatchlab.worker")
+
+
+def make_app() -> Celery:
+    url = os.environ.get("DISPATCHLAB_BROKER_URL") or DEFAULT_BROKER_URL
+    broker = broker_config(url=url, data_dir=data_dir_from_env(), visibility_timeout=4 * 3600)
+    app = Celery("dispatchlab-gpu", broker=url, set_as_current=False)
+    app.conf.update(
+        broker_transport=broker.transport,
+        broker_transport_options=broker.transport_options,
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_default_queue=GPU_QUEUE,
+        # A launch is not repeated behind a person's back: a job is taken once, even if we die.
+        task_acks_late=False,
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    if broker.transport is None:
+        app.conf.broker_transport = None
+    return app
+
+
+app = make_app()
+state: dict[str, Any] = {"config": None, "inventory": {}, "busy": threading.Event()}
+
+
+def _config() -> WorkerConfig:
+    config = state["config"]
+    if config is None:
+        config = state["config"] = load_config()
+    assert isinstance(config, WorkerConfig)
+    return config
+
+
+def send_to_dashboard(task: str, payload: dict[str, Any]) -> None:
+    app.send_task(task, args=[payload], queue=dashboard_queue())
+
+
+def queues_for(config: WorkerConfig, inventory: dict[str, Any]) -> list[str]:
+    arches = sorted({g["arch"] for g in inventory.get("gpus") or [] if g.get("arch")})
+    if config.arch_override:
+        arches = sorted({*arches, config.arch_override})
+    return [GPU_QUEUE, *(arch_queue(a) for a in arches), host_queue(config.host), *config.extra_queues]
+
+
+def heartbeat_payload(*, stopping: bool = False) -> Heartbeat:
+    config = _config()
+    inventory = state["inventory"]
+    return {
+        "host": config.host,
+        "queues": queues_for(config, inventory),
+        "inventory": inventory,
+        "launchers": sorted(config.launchers),
+        "model_roots": [str(root) for root in config.model_roots],
+        "busy": state["busy"].is_set(),
+        "stopping": stopping,
+    }
+
+
+class HeartbeatThread(threading.Thread):
+    def __init__(self, every: float = HEARTBEAT_SECONDS) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.every = every
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            try:
+                send_to_dashboard(HEARTBEAT_TASK, dict(heartbeat_payload()))
+            except Exception as error:  # the broker is down: say so and try again next period
+                logger.warning("heartbeat not sent: %s", error)
+            if self.stopped.wait(self.every):
+                return
+
+
+@app.task(name=CONFIRM_TASK)
+def confirm_task(job: ConfirmJob) -> None:
+    from worker.runner import run_confirm
+
+    state["busy"].set()
+    try:
+        run_confirm(job, _config(), send_to_dashboard, inventory=state["inventory"])
+    finally:
+        state["busy"].clear()
+
+
+@app.task(name=PROBE_TASK)
+def probe_task(job: ProbeJob) -> None:
+    from worker.runner import run_probes_subprocess
+
+    names = list(job.get("probes") or []) or None  # none named: every probe
+    state["busy"].set()
+    try:
+        results = run_probes_subprocess(names, dict(job.get("model_shapes") or {}), _config().probe_timeout_s)
+    finally:
+        state["busy"].clear()
+    send_to_dashboard(
+        PROBES_FINISHED_TASK,
+        {
+            "probe_run_id": job.get("probe_run_id"),
+            "host": _config().host,
+            "probes": results,
+            "inventory": state["inventory"],
+        },
+    )
+
+
+def serve(*, inventory: dict[str, Any], concurrency: int = 1, loglevel: str = "INFO") -> int:
+    config = _config()
+    state["inventory"] = inventory
+    queues = queues_for(config, inventory)
+    print(
+        f"dispatchlab GPU worker {config.host}: queues {', '.join(queues)}; "
+        f"launchers {', '.join(sorted(config.launchers)) or 'none'}; "
+        f"model roots {', '.join(str(r) for r in config.model_roots) or 'none'}",
+        flush=True,
+    )
+    beat = HeartbeatThread()
+    beat.start()
+    try:
+        app.worker_main(
+            [
+                "worker",
+                "--queues",
+                ",".join(queues),
+                "--pool",
+                "solo",
+                "--concurrency",
+                str(concurrency),
+                "--loglevel",
+                loglevel,
+                "--hostname",
+                f"gpu@{config.host}",
+                "--without-gossip",
+                "--without-mingle",
+            ]
+        )
+    finally:
+        beat.stopped.set()
+        try:
+            send_to_dashboard(HEARTBEAT_TASK, dict(heartbeat_payload(stopping=True)))
+        except Exception as error:
+            logger.warning("goodbye heartbeat not sent: %s", error)
+    return 0

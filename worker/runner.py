@@ -1,0 +1,285 @@
+"""Run one confirm job: the approved launch as an argument list in a process group of its own, its
+output streamed back as it comes, readiness by log line and health URL, a smoke request checked for
+garbage, a short throughput measurement, the whole group stopped at the end, then kernel probes of the
+failing component in a separate process (so this worker never holds GPU memory itself)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import IO, Any
+
+from dispatchlab.core.launch import WORKER_OWNED_FLAGS, apply_patch
+from dispatchlab.messaging.contract import (
+    CONFIRM_FINISHED_TASK,
+    CONFIRM_OUTPUT_TASK,
+    CONFIRM_STARTED_TASK,
+    ConfirmJob,
+    ConfirmOutcome,
+)
+from worker.config import WorkerConfig
+from worker.policy import ApprovedLaunch, Refused, approve
+
+Send = Callable[[str, dict[str, Any]], None]
+
+READY_LINE = re.compile(
+    r"The server is fired up and ready to roll|Application startup complete|Uvicorn running on|"
+    r"Starting vLLM API server"
+)
+HEALTH_PATHS = ("/health", "/v1/models")
+FLUSH_SECONDS = 0.5
+PIECE_BYTES = 256 * 1024
+STOP_GRACE_SECONDS = 15.0
+# What the child inherits besides the launch's own variables: enough to find programs and a home.
+BASE_ENV_NAMES = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "USER",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "HF_HOME",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class OutputPump:
+    """Reads the child's output on a thread; `flush` sends what arrived as numbered pieces."""
+
+    def __init__(self, stream: IO[bytes], send: Send, confirm_id: int, limit: int) -> None:
+        self.stream = stream
+        self.send = send
+        self.confirm_id = confirm_id
+        self.limit = limit
+        self.pending: list[str] = []
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.sent_bytes = 0
+        self.dropped_bytes = 0
+        self.ready_line: str | None = None
+        self.tail: list[str] = []
+        self.thread = threading.Thread(target=self._read, name="confirm-output", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for raw in iter(self.stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace")
+            if self.ready_line is None and READY_LINE.search(line):
+                self.ready_line = line.strip()
+            with self.lock:
+                self.pending.append(line)
+                self.tail = [*self.tail[-40:], line]
+
+    def flush(self, *, final: bool = False) -> None:
+        if final:
+            self.thread.join(timeout=5)
+        with self.lock:
+            text, self.pending = "".join(self.pending), []
+        while text:
+            piece, text = text[:PIECE_BYTES], text[PIECE_BYTES:]
+            if self.sent_bytes + len(piece) > self.limit:
+                self.dropped_bytes += len(piece)
+                continue
+            self.send(CONFIRM_OUTPUT_TASK, {"confirm_id": self.confirm_id, "seq": self.seq, "text": piece})
+            self.seq += 1
+            self.sent_bytes += len(piece)
+        if final and self.dropped_bytes:
+            note = (
+                f"\n[dispatchlab worker] {self.dropped_bytes} bytes of output over the limit were dropped\n"
+            )
+            self.send(CONFIRM_OUTPUT_TASK, {"confirm_id": self.confirm_id, "seq": self.seq, "text": note})
+            self.seq += 1
+
+
+def _health(base_url: str) -> str | None:
+    for path in HEALTH_PATHS:
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=2) as response:
+                if response.status == 200:
+                    return path
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+    return None
+
+
+def _served_model(base_url: str) -> str | None:
+    try:
+        with urllib.request.urlopen(base_url + "/v1/models", timeout=5) as response:
+            data = json.load(response)
+        return str(data["data"][0]["id"])
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the whole group, then SIGKILL to whatever is left of it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=STOP_GRACE_SECONDS)
+    # Children of the server (scheduler, detokenizer) may outlive its main process.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+
+
+def run_probes_subprocess(
+    names: list[str] | None, model_shapes: dict[str, Any], timeout: int
+) -> list[dict[str, Any]]:
+    """`python -m worker probe --json` for the named probes (or `component:NAME`); None runs all."""
+    if names is not None and not names:
+        return []
+    argv = [sys.executable, "-m", "worker", "probe", "--json"]
+    for name in names or []:
+        if name.startswith("component:"):
+            argv += ["--component", name.split(":", 1)[1]]
+        else:
+            argv.append(name)
+    env = dict(os.environ)
+    if model_shapes:
+        env["DISPATCHLAB_PROBE_MODEL_SHAPES"] = json.dumps(model_shapes)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        data = json.loads(done.stdout or "{}")
+    except subprocess.TimeoutExpired:
+        return [
+            {"name": "probes", "runs": False, "status": "TIMEOUT", "error": f"probes ran over {timeout} s"}
+        ]
+    except json.JSONDecodeError:
+        return [{"name": "probes", "runs": False, "status": "RUNTIME_ERROR", "error": done.stderr[-500:]}]
+    probes = data.get("probes") if isinstance(data, dict) else None
+    return [p for p in probes or [] if isinstance(p, dict)]
+
+
+def run_confirm(
+    job: ConfirmJob, config: WorkerConfig, send: Send, *, inventory: dict[str, Any]
+) -> ConfirmOutcome:
+    started = time.monotonic()
+    confirm_id = int(job["confirm_id"])
+    outcome: ConfirmOutcome = {"confirm_id": confirm_id, "host": config.host, "inventory": inventory}
+    try:
+        approved = approve(dict(job["launch"]), config)
+    except Refused as refusal:
+        outcome.update(
+            {"status": "refused", "error": str(refusal), "ready": False, "argv": [], "duration_s": 0.0}
+        )
+        send(CONFIRM_FINISHED_TASK, dict(outcome))
+        return outcome
+
+    port = free_port()
+    bound = apply_patch(approved.launch, args={flag: False for flag in WORKER_OWNED_FLAGS}, env={})
+    bound = apply_patch(bound, args={"--host": "127.0.0.1", "--port": str(port)}, env={})
+    approved = ApprovedLaunch(launch=bound, program=approved.program, server_version=approved.server_version)
+    argv = approved.argv()
+    base_env = {name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
+    send(CONFIRM_STARTED_TASK, {"confirm_id": confirm_id, "host": config.host, "argv": argv})
+    time_limit = max(10, min(int(job.get("time_limit_s") or config.time_limit_s), config.time_limit_s))
+    ready_timeout = min(int(job.get("ready_timeout_s") or time_limit), time_limit)
+    base_url = f"http://127.0.0.1:{port}"
+    outcome.update(
+        {
+            "status": "finished",
+            "argv": argv,
+            "ready": False,
+            "ready_by": "",
+            "ready_seconds": None,
+            "smoke": None,
+            "throughput": [],
+        }
+    )
+
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=approved.env(base_env),
+            start_new_session=True,  # its own process group: stopped as a whole at the end
+        )
+    except OSError as error:
+        outcome.update(
+            {"status": "refused", "error": f"{argv[0]} could not be started: {error}", "duration_s": 0.0}
+        )
+        send(CONFIRM_FINISHED_TASK, dict(outcome))
+        return outcome
+    assert process.stdout is not None
+    pump = OutputPump(process.stdout, send, confirm_id, config.max_output_bytes)
+    last_health = 0.0
+    try:
+        while True:
+            pump.flush()
+            elapsed = time.monotonic() - started
+            if process.poll() is not None:
+                outcome["stopped_by"] = f"exited with status {process.returncode} before it was ready"
+                break
+            if elapsed > ready_timeout:
+                outcome["stopped_by"] = f"was not ready after {ready_timeout} s and was stopped"
+                break
+            now = time.monotonic()
+            if pump.ready_line is not None or now - last_health > 2.0:
+                last_health = now
+                path = _health(base_url)
+                if path is not None:
+                    outcome["ready"] = True
+                    outcome["ready_seconds"] = round(elapsed, 2)
+                    outcome["ready_by"] = f"health URL {path}" + (
+                        f" after log line {pump.ready_line!r}" if pump.ready_line else ""
+                    )
+                    break
+            time.sleep(0.2)
+
+        if outcome["ready"]:
+            from worker.smoke import measure_throughput, smoke_request
+
+            model = _served_model(base_url)
+            smoke = smoke_request(
+                base_url, model=model, prompt=job.get("smoke_prompt") or "The capital of France is"
+            )
+            outcome["smoke"] = smoke.to_dict()
+            pump.flush()
+            if not smoke.to_dict().get("error") and process.poll() is None:
+                remaining = time_limit - (time.monotonic() - started)
+                points = measure_throughput(
+                    base_url,
+                    model=model,
+                    concurrency_levels=(1, max(1, int(job.get("concurrency") or 4))),
+                    timeout=max(10.0, min(300.0, remaining / 2)),
+                )
+                outcome["throughput"] = [p.to_dict() for p in points]
+            outcome["stopped_by"] = (
+                "dispatchlab after the checks"
+                if process.poll() is None
+                else f"exited with status {process.returncode}"
+            )
+    finally:
+        _stop_group(process)
+        pump.flush(final=True)
+    outcome["exit_code"] = process.returncode
+    outcome["output_pieces"] = pump.seq
+    outcome["probes"] = run_probes_subprocess(
+        list(job.get("probes") or []), dict(job.get("model_shapes") or {}), config.probe_timeout_s
+    )
+    outcome["duration_s"] = round(time.monotonic() - started, 2)
+    send(CONFIRM_FINISHED_TASK, dict(outcome))
+    return outcome
