@@ -17,7 +17,7 @@ from celery import Celery
 from dispatchlab.messaging.broker import DEFAULT_BROKER_URL, broker_config, data_dir_from_env
 from dispatchlab.messaging.contract import (
     CONFIRM_TASK,
-    GPU_QUEUE,
+    gpu_queue,
     HEARTBEAT_SECONDS,
     HEARTBEAT_TASK,
     PROBE_TASK,
@@ -45,7 +45,7 @@ def make_app() -> Celery:
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
-        task_default_queue=GPU_QUEUE,
+        task_default_queue=gpu_queue(),
         # A launch is not repeated behind a person's back: a job is taken once, even if we die.
         task_acks_late=False,
         worker_prefetch_multiplier=1,
@@ -77,7 +77,7 @@ def queues_for(config: WorkerConfig, inventory: dict[str, Any]) -> list[str]:
     arches = sorted({g["arch"] for g in inventory.get("gpus") or [] if g.get("arch")})
     if config.arch_override:
         arches = sorted({*arches, config.arch_override})
-    return [GPU_QUEUE, *(arch_queue(a) for a in arches), host_queue(config.host), *config.extra_queues]
+    return [gpu_queue(), *(arch_queue(a) for a in arches), host_queue(config.host), *config.extra_queues]
 
 
 def heartbeat_payload(*, stopping: bool = False) -> Heartbeat:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dispatchlab.api import views
+from dispatchlab.api import gpu_views, views
 
 app_name = "api"
 
@@ -11,4 +11,7 @@ urlpatterns = [
     path("v1/reports", views.reports, name="reports"),
     path("v1/reports/<int:report_id>", views.report_detail, name="report"),
     path("v1/hooks/ci", views.ci_hook, name="ci_hook"),
+    path("v1/reports/<int:report_id>/confirm", gpu_views.report_confirm, name="report_confirm"),
+    path("v1/confirms/<int:confirm_id>", gpu_views.confirm_detail, name="confirm"),
+    path("v1/hosts", gpu_views.hosts, name="hosts"),
 ]

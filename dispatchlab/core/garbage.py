@@ -58,7 +58,52 @@ _DOMINANT = 0.5
 _MAX_PERIOD = 40
 
 _SCRIPTS = frozenset(
-    ["LATIN", "GREEK", "CYRILLIC", "ARMENIAN", "HEBREW", "ARABIC", "SYRIAC", "THAANA", "NKO", "SAMARITAN", "DEVANAGARI", "BENGALI", "GURMUKHI", "GUJARATI", "ORIYA", "TAMIL", "TELUGU", "KANNADA", "MALAYALAM", "SINHALA", "THAI", "LAO", "TIBETAN", "MYANMAR", "GEORGIAN", "HANGUL", "ETHIOPIC", "CHEROKEE", "CANADIAN", "OGHAM", "RUNIC", "TAGALOG", "KHMER", "MONGOLIAN", "LIMBU", "BUGINESE", "BALINESE", "SUNDANESE", "JAVANESE", "YI", "VAI", "TIFINAGH", "GLAGOLITIC", "CJK"]
+    [
+        "LATIN",
+        "GREEK",
+        "CYRILLIC",
+        "ARMENIAN",
+        "HEBREW",
+        "ARABIC",
+        "SYRIAC",
+        "THAANA",
+        "NKO",
+        "SAMARITAN",
+        "DEVANAGARI",
+        "BENGALI",
+        "GURMUKHI",
+        "GUJARATI",
+        "ORIYA",
+        "TAMIL",
+        "TELUGU",
+        "KANNADA",
+        "MALAYALAM",
+        "SINHALA",
+        "THAI",
+        "LAO",
+        "TIBETAN",
+        "MYANMAR",
+        "GEORGIAN",
+        "HANGUL",
+        "ETHIOPIC",
+        "CHEROKEE",
+        "CANADIAN",
+        "OGHAM",
+        "RUNIC",
+        "TAGALOG",
+        "KHMER",
+        "MONGOLIAN",
+        "LIMBU",
+        "BUGINESE",
+        "BALINESE",
+        "SUNDANESE",
+        "JAVANESE",
+        "YI",
+        "VAI",
+        "TIFINAGH",
+        "GLAGOLITIC",
+        "CJK",
+    ]
 )
 # Japanese mixes kanji, hiragana and katakana in one word: one group, as Chinese and Japanese share it.
 _CJK_NAMES = frozenset({"CJK", "HIRAGANA", "KATAKANA", "KATAKANA-HIRAGANA", "IDEOGRAPHIC", "BOPOMOFO"})
@@ -110,8 +155,13 @@ def _is_broken(ch: str) -> bool:
     return category in ("Cs", "Cn") or (category == "Cc" and not ch.isspace())
 
 
+def _count_broken(text: str) -> int:
+    # ESC starting an ANSI colour sequence ('\x1b[1m') is formatting, not a broken byte.
+    return sum(1 for index, ch in enumerate(text) if _is_broken(ch) and text[index : index + 2] != "\x1b[")
+
+
 def _broken_characters(text: str, visible: str) -> _Check:
-    broken = sum(1 for ch in text if _is_broken(ch))
+    broken = _count_broken(text)
     share = broken / len(visible)
     # One U+FFFD at the end is a multi-byte character cut by max_tokens, not a broken model.
     if broken and ((broken >= 3 and share >= 0.05) or share >= 0.3):
@@ -136,7 +186,12 @@ def _symbol_runs(text: str, visible: str) -> _Check:
     if run < 8:
         return None, 0.0
     if ch in _HASH_CHARS:
-        if share >= _DOMINANT:
+        # Comment banners ('##### Helpers #####', a '#' line above and below a title) are code; a
+        # collapsed answer is all '#' or ends in a long run after some text.
+        stripped = text.strip()
+        tail = len(stripped) - len(stripped.rstrip("".join(_HASH_CHARS)))
+        collapsed = share >= 0.6 and tail >= _LOUD_RUN and stripped[0] not in _HASH_CHARS
+        if share >= 0.9 or collapsed:
             reason = f"{_pct(share)} of the answer is the character {ch!r} repeated (a run of {run})"
             return _verdict(GarbageKind.HASH_RUN, share, reason), share
         return None, share
@@ -190,20 +245,25 @@ def _word_aligned(unit: str) -> str:
 
 
 def _loop_is_garbage(loop: _Loop) -> bool:
-    unit = loop.unit.strip()
+    unit = "".join(loop.unit.split())
     if not unit:
         return False
-    if any(ch.isalpha() for ch in unit):
+    letters = sum(1 for ch in unit if ch.isalpha())
+    if letters * 2 >= len(unit):
         east_asian = any(_script(ch) in ("CJK", "HANGUL") for ch in unit)
-        if len(unit) <= 3 and " " not in unit and not east_asian:
+        if len(unit) <= 3 and " " not in loop.unit.strip() and not east_asian:
             # 'xxxxxxxx' in an API-key placeholder, 'AAAA' in base64: only when it is the whole answer.
             return loop.repeats >= 8 and loop.share >= _DOMINANT
         if len(unit) == 1:
             return loop.repeats >= 8
-        return loop.repeats >= 6 or (loop.repeats >= 4 and loop.share >= _DOMINANT)
+        # '(_nl, _nl, _nl, ...)' in code is a small part of a long answer; a broken model's loop is not.
+        return (loop.repeats >= 8 and loop.share >= 0.2) or (loop.repeats >= 4 and loop.share >= _DOMINANT)
     if any(ch.isdigit() for ch in unit):
         # 1000000000, 0x0000000000000000, a googol: numbers repeat digits legitimately.
         return loop.repeats >= 16 and loop.share >= 0.9
+    if set(unit) <= _RULE_CHARS | _HASH_CHARS:
+        # '-----', '|---|---|', '=====': rules and table borders, garbage only as the whole answer.
+        return loop.repeats >= 8 and loop.share >= 0.9
     return loop.repeats >= 8 and loop.share >= 0.6
 
 
@@ -234,7 +294,7 @@ def _words(text: str) -> list[str]:
                     words.append(word)
                     word = ""
                 words.append(ch)
-            elif ch.isalnum() or ch in "<>|_'":
+            elif ch.isalnum() or ch in "<>|_":
                 # Case kept: a broken model repeats one token exactly, and 'Buffalo buffalo ...' is English.
                 word += ch
             elif word:
@@ -242,7 +302,12 @@ def _words(text: str) -> list[str]:
                 word = ""
         if word:
             words.append(word)
-    return [word for word in words if any(ch.isalpha() for ch in word)]
+    # One-letter words are variables and '%s' placeholders; a CJK character is a word on its own.
+    return [
+        word
+        for word in words
+        if any(ch.isalpha() for ch in word) and (len(word) > 1 or _script(word) == "CJK")
+    ]
 
 
 def _dominant_word(text: str, visible: str) -> _Check:
@@ -314,7 +379,12 @@ def _script_runs(text: str) -> list[_Run]:
 
 def _quoted(text: str, run: _Run) -> bool:
     """'(Ж)', "'و' means 'and'": a letter shown on purpose, not a stray piece."""
-    return 0 < run.start and run.end < len(text) and text[run.start - 1] in _OPENERS and text[run.end] in _CLOSERS
+    return (
+        0 < run.start
+        and run.end < len(text)
+        and text[run.start - 1] in _OPENERS
+        and text[run.end] in _CLOSERS
+    )
 
 
 def _glue_is_ordinary(a: str, b: str, home: set[str]) -> bool:
@@ -354,7 +424,7 @@ def _script_noise(text: str, visible: str) -> _Check:
             and not _quoted(text, run)
         ):
             stray += 1
-    broken = sum(1 for ch in text if _is_broken(ch))
+    broken = _count_broken(text)
     events = glued + stray + broken
     density = events / len(runs)
     scripts = len(weight)

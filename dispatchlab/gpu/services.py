@@ -41,7 +41,7 @@ from dispatchlab.gpu.models import (
 )
 from dispatchlab.messaging.contract import (
     CONFIRM_TASK,
-    GPU_QUEUE,
+    gpu_queue,
     PROBE_TASK,
     ConfirmJob,
     arch_queue,
@@ -482,7 +482,7 @@ def probes_store(*, payload: dict[str, Any], confirm: ConfirmRun | None = None) 
     if payload.get("probe_run_id"):
         run = ProbeRun.objects.filter(id=int(payload["probe_run_id"])).first()
     if run is None:
-        run = ProbeRun(project=confirm.project if confirm else None, confirm=confirm, queue=GPU_QUEUE)
+        run = ProbeRun(project=confirm.project if confirm else None, confirm=confirm, queue=gpu_queue())
     run.host = host or run.host
     run.host_name = str(payload.get("host") or run.host_name)[:200]
     run.status = ProbeRun.Status.DONE

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from typing import Any, TypedDict
 
-GPU_QUEUE = "gpu"
 
 CONFIRM_TASK = "gpu.confirm"
 PROBE_TASK = "gpu.probe"
@@ -37,14 +36,20 @@ def dashboard_queue() -> str:
     return os.environ.get("DISPATCHLAB_QUEUE", "dispatchlab")
 
 
+def gpu_queue() -> str:
+    """The queue any GPU host consumes; the arch and host queues are named after it. One broker can
+    serve several dashboards when each sets its own DISPATCHLAB_GPU_QUEUE."""
+    return os.environ.get("DISPATCHLAB_GPU_QUEUE", "gpu")
+
+
 def arch_queue(arch: str | None) -> str:
     """The queue a job for this arch waits in: only hosts of that arch consume it."""
-    return f"{GPU_QUEUE}.{arch}" if arch else GPU_QUEUE
+    return f"{gpu_queue()}.{arch}" if arch else gpu_queue()
 
 
 def host_queue(host: str) -> str:
     """Every worker also consumes a queue of its own, so a host can be asked directly."""
-    return f"{GPU_QUEUE}.host.{host}"
+    return f"{gpu_queue()}.host.{host}"
 
 
 class LaunchSpec(TypedDict):

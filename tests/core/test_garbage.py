@@ -118,11 +118,15 @@ GARBAGE: list[tuple[str, GarbageKind]] = [
     ("的的的的的的的的的的的的", GarbageKind.REPEATED_TOKEN),
     ("是是是是是是是是是", GarbageKind.REPEATED_TOKEN),
     ("<|endoftext|><|endoftext|><|endoftext|><|endoftext|><|endoftext|>", GarbageKind.REPEATED_TOKEN),
-    (" Paris. I am a student. I am a student. I am a student. I am a student. I am a student. I am a",
-     GarbageKind.REPEATED_TOKEN),
+    (
+        " Paris. I am a student. I am a student. I am a student. I am a student. I am a student. I am a",
+        GarbageKind.REPEATED_TOKEN,
+    ),
     ("of the of the of the of the of the of the of the", GarbageKind.REPEATED_TOKEN),
-    (" is the capital of the capital of the capital of the capital of the capital of the capital of",
-     GarbageKind.REPEATED_TOKEN),
+    (
+        " is the capital of the capital of the capital of the capital of the capital of the capital of",
+        GarbageKind.REPEATED_TOKEN,
+    ),
     ("the of the the and the the the to the the the a the the", GarbageKind.REPEATED_TOKEN),
     ("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", GarbageKind.REPEATED_TOKEN),
     ("0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0", GarbageKind.REPEATED_TOKEN),
@@ -136,7 +140,7 @@ GARBAGE: list[tuple[str, GarbageKind]] = [
         GarbageKind.MIXED_SCRIPT_NOISE,
     ),
     (
-        "ologia Keyboard тақ Vers 刹 Autowired\u0627\u0644\u062aulta sponsors 의 kör _(\"кон ئ BUT ή",
+        'ologia Keyboard тақ Vers 刹 Autowired\u0627\u0644\u062aulta sponsors 의 kör _("кон ئ BUT ή',
         GarbageKind.MIXED_SCRIPT_NOISE,
     ),
     (
@@ -229,6 +233,8 @@ def test_any_text_gets_a_verdict_without_raising(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from([text for text in CLEAN if len(text) > 20]), min_size=1, max_size=4, unique=True))
+@given(
+    st.lists(st.sampled_from([text for text in CLEAN if len(text) > 20]), min_size=1, max_size=4, unique=True)
+)
 def test_ordinary_answers_joined_together_stay_ordinary(parts):
     assert not detect_garbage("\n\n".join(parts)).garbage
