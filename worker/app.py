@@ -17,7 +17,6 @@ from celery import Celery
 from dispatchlab.messaging.broker import DEFAULT_BROKER_URL, broker_config, data_dir_from_env
 from dispatchlab.messaging.contract import (
     CONFIRM_TASK,
-    gpu_queue,
     HEARTBEAT_SECONDS,
     HEARTBEAT_TASK,
     PROBE_TASK,
@@ -27,6 +26,7 @@ from dispatchlab.messaging.contract import (
     ProbeJob,
     arch_queue,
     dashboard_queue,
+    gpu_queue,
     host_queue,
 )
 from worker.config import WorkerConfig, load_config

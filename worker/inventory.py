@@ -39,7 +39,14 @@ PACKAGES = {
 _TOPOLOGY_KIND = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 # Datasheet GB/s of one NVLink link, both directions together (H100: 18 links, 900 GB/s).
-_NVLINK_LINK_GBPS = {"sm_70": 50.0, "sm_80": 50.0, "sm_86": 28.125, "sm_90": 50.0, "sm_100": 100.0, "sm_103": 100.0}
+_NVLINK_LINK_GBPS = {
+    "sm_70": 50.0,
+    "sm_80": 50.0,
+    "sm_86": 28.125,
+    "sm_90": 50.0,
+    "sm_100": 100.0,
+    "sm_103": 100.0,
+}
 
 # GB/s of one PCIe lane in one direction, by generation (after line encoding).
 _PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}

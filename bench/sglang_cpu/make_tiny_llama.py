@@ -8,6 +8,7 @@ a byte-level BPE trained here, offline, on a few sentences with the `tokenizers`
 encoded and any id decodes to (possibly odd-looking) text.  The chat template is a plain
 ChatML-style Jinja template so /v1/chat/completions works.  Output is deterministic.
 """
+
 import json
 import sys
 from pathlib import Path
@@ -79,25 +80,48 @@ def main(out: Path) -> None:
     assert n <= VOCAB_SIZE, n
     assert [tok.token_to_id(s) for s in SPECIALS] == [0, 1, 2, 3]
     tok.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "unk_token": "<unk>",
-        "pad_token": "<pad>",
-        "add_bos_token": False,
-        "add_eos_token": False,
-        "clean_up_tokenization_spaces": False,
-        "model_max_length": CONFIG["max_position_embeddings"],
-        "chat_template": CHAT_TEMPLATE,
-    }, indent=2) + "\n")
-    (out / "special_tokens_map.json").write_text(json.dumps({
-        "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>",
-    }, indent=2) + "\n")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "add_bos_token": False,
+                "add_eos_token": False,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": CONFIG["max_position_embeddings"],
+                "chat_template": CHAT_TEMPLATE,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     (out / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
-    (out / "generation_config.json").write_text(json.dumps({
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 3,
-    }, indent=2) + "\n")
+    (out / "generation_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token_id": 1,
+                "eos_token_id": 2,
+                "pad_token_id": 3,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out} (tokenizer vocab {n}, model vocab {VOCAB_SIZE})")
 
 

@@ -12,6 +12,7 @@ schemas (`torchvision::nms`, `torchvision::qnms`), so that `import torchvision`
 succeeds without its C++ ops, as on a CPU build.  No SGLang or torchvision file is
 changed, and python processes that never import torchvision (pip, ...) pay nothing.
 """
+
 import importlib.abc
 import sys
 

@@ -6,6 +6,7 @@ Sends /v1/completions with `ignore_eos` (an SGLang extension) so every request p
 exactly N tokens even with dummy weights, and reports completion tokens / wall time:
 per-request and aggregate tokens/s.  Numbers are end-to-end (prefill + decode + HTTP).
 """
+
 import argparse
 import json
 import threading
@@ -17,7 +18,8 @@ def complete(base, prompt, max_tokens, extra=None):
     body = {"model": "default", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     body.update(extra or {})
     req = urllib.request.Request(
-        base + "/v1/completions", data=json.dumps(body).encode(),
+        base + "/v1/completions",
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -41,9 +43,14 @@ def run(base, n_conc, tokens):
     wall = time.perf_counter() - t0
     total = sum(r[1] for r in results)
     per_req = [r[1] / r[0] for r in results]
-    return {"concurrency": n_conc, "tokens_per_request": tokens, "wall_s": round(wall, 3),
-            "completion_tokens": total, "aggregate_tok_s": round(total / wall, 1),
-            "per_request_tok_s": [round(x, 1) for x in per_req]}
+    return {
+        "concurrency": n_conc,
+        "tokens_per_request": tokens,
+        "wall_s": round(wall, 3),
+        "completion_tokens": total,
+        "aggregate_tok_s": round(total / wall, 1),
+        "per_request_tok_s": [round(x, 1) for x in per_req],
+    }
 
 
 def main():

@@ -119,7 +119,12 @@ def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
         )
     except ConfirmRejected as rejected:
         return error(str(rejected), 400)
-    answer = {"id": confirm.id, "status": confirm.status, "arch": confirm.arch or None, "queue": confirm.queue}
+    answer = {
+        "id": confirm.id,
+        "status": confirm.status,
+        "arch": confirm.arch or None,
+        "queue": confirm.queue,
+    }
     answer["url"] = request.build_absolute_uri(reverse("front:confirm", args=[confirm.id]))
     answer["launch"] = {"launcher": confirm.launcher, "args": confirm.args, "env": confirm.env}
     return JsonResponse(answer, status=201)

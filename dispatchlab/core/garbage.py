@@ -380,7 +380,7 @@ def _script_runs(text: str) -> list[_Run]:
 def _quoted(text: str, run: _Run) -> bool:
     """'(Ж)', "'و' means 'and'": a letter shown on purpose, not a stray piece."""
     return (
-        0 < run.start
+        run.start > 0
         and run.end < len(text)
         and text[run.start - 1] in _OPENERS
         and text[run.end] in _CLOSERS

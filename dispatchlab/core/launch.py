@@ -185,6 +185,14 @@ def launch_from_command(text: str) -> Launch:
     return Launch(launcher=launcher, positional=positional, options=options, env=env)
 
 
+def check_launch(launch: Launch) -> None:
+    """LaunchError when a patched launch holds what a command line may not (metacharacters, names)."""
+    _check_tokens([launch.launcher, *launch.args(), *launch.env, *launch.env.values()])
+    for name in launch.env:
+        if not ENV_NAME.fullmatch(name):
+            raise LaunchError(f"{name!r} is not an environment variable name")
+
+
 def launch_from_spec(spec: Mapping[str, Any]) -> Launch:
     """The contract's LaunchSpec back into a Launch (the worker's side)."""
     launcher = str(spec.get("launcher") or "")

@@ -26,6 +26,7 @@ from dispatchlab.core.launch import (
     Launch,
     LaunchError,
     apply_patch,
+    check_launch,
     flag_problems,
     launch_diff,
     launch_from_command,
@@ -41,10 +42,10 @@ from dispatchlab.gpu.models import (
 )
 from dispatchlab.messaging.contract import (
     CONFIRM_TASK,
-    gpu_queue,
     PROBE_TASK,
     ConfirmJob,
     arch_queue,
+    gpu_queue,
     host_queue,
 )
 from dispatchlab.reports.models import Project, Report
@@ -245,9 +246,10 @@ def confirm_create(
         fix_args = plan.fix_args if args_patch is None else args_patch
         fix_env = plan.fix_env if env_patch is None else env_patch
         launch = apply_patch(plan.launch, args=fix_args, env=fix_env)
-    for name in launch.env:
-        if len(name) > 200:
-            raise ConfirmRejected("an environment variable name is too long")
+    try:
+        check_launch(launch)
+    except LaunchError as error:
+        raise ConfirmRejected(str(error)) from None
     arch = report.arch or None
     queue = arch_queue(arch)
     waiting = not hosts_for_queue(queue)

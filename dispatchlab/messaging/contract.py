@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from typing import Any, TypedDict
 
-
 CONFIRM_TASK = "gpu.confirm"
 PROBE_TASK = "gpu.probe"
 HEARTBEAT_TASK = "hosts.heartbeat"

@@ -23,7 +23,9 @@ def seed_document() -> dict:
     return analyze_paths([LOGS / "sglang_dsv4_eagle_sm120.log"])
 
 
-def test_the_seed_crash_launch_with_its_fix_swaps_the_moe_runner_and_drops_speculative_decoding(seed_document):
+def test_the_seed_crash_launch_with_its_fix_swaps_the_moe_runner_and_drops_speculative_decoding(
+    seed_document,
+):
     launch = launch_from_document(seed_document)
     assert launch is not None and launch.launcher == "sglang"
     fix = seed_document["matches"][0]["fix"]

@@ -235,6 +235,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "DISPATCHLAB_DATABASE_URL": database_url,
         "DISPATCHLAB_BROKER_URL": REDIS_URL,
         "DISPATCHLAB_QUEUE": queue,
+        # GPU jobs of this run wait in queues of their own (gpu-pipeline-<run>.sm_120 ...).
+        "DISPATCHLAB_GPU_QUEUE": f"gpu-pipeline-{run_id}",
         "DISPATCHLAB_DATA_DIR": str(folder),
         "DISPATCHLAB_SECRET_KEY": secrets.token_urlsafe(40),
         "DISPATCHLAB_DEBUG": "false",

@@ -31,8 +31,10 @@ def spec(launcher: str, *args: str, **env: str) -> dict:
 
 
 def test_a_repro_launch_inside_the_rules_is_approved_with_the_forced_multicast_switches(config):
-    approved = approve(spec("repro:moe-serve", "--model-path", TOY, "--moe-runner-backend", "torch",
-                            NCCL_DEBUG="INFO"), config)
+    approved = approve(
+        spec("repro:moe-serve", "--model-path", TOY, "--moe-runner-backend", "torch", NCCL_DEBUG="INFO"),
+        config,
+    )
     assert approved.argv()[:4] == [sys.executable, "-m", "worker.repro", "moe-serve"]
     env = approved.env({"PATH": "/usr/bin"})
     assert env["NCCL_DEBUG"] == "INFO" and env["PATH"] == "/usr/bin"
@@ -40,7 +42,9 @@ def test_a_repro_launch_inside_the_rules_is_approved_with_the_forced_multicast_s
 
 
 def test_a_launcher_this_host_does_not_allow_is_refused(config):
-    with pytest.raises(Refused, match=r"launcher 'vllm' is not allowed on h200-test \(allowed: repro:moe-serve, sglang\)"):
+    with pytest.raises(
+        Refused, match=r"launcher 'vllm' is not allowed on h200-test \(allowed: repro:moe-serve, sglang\)"
+    ):
         approve(spec("vllm", "/models/x"), config)
 
 
@@ -85,6 +89,15 @@ def test_sglang_flags_are_checked_against_the_installed_release_catalog(config, 
     # No SGLang here: the newest release in the catalog is the reference.
     with pytest.raises(Refused, match="unknown flag --speculative-moe-runner for sglang"):
         approve(spec("sglang", "--model-path", str(tmp_path), "--speculative-moe-runner", "triton"), config)
-    approved = approve(spec("sglang", "--model-path", str(tmp_path), "--moe-runner-backend", "triton",
-                            "--port", "1234"), config)
-    assert approved.argv()[3:] == ["--model-path", str(tmp_path), "--moe-runner-backend", "triton", "--port", "1234"]
+    approved = approve(
+        spec("sglang", "--model-path", str(tmp_path), "--moe-runner-backend", "triton", "--port", "1234"),
+        config,
+    )
+    assert approved.argv()[3:] == [
+        "--model-path",
+        str(tmp_path),
+        "--moe-runner-backend",
+        "triton",
+        "--port",
+        "1234",
+    ]

@@ -15,6 +15,7 @@ not a model: what it tests is the kernel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -25,18 +26,130 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-BACKENDS = ("torch", "triton", "flashinfer_cutlass", "flashinfer_trtllm")
-REFERENCE_ANSWER = (
-    "Paris. It is the largest city of France and sits on the Seine in the north of the country. "
-    "The city has been the seat of the government for centuries, and its museums, bridges and cafes "
-    "draw visitors from every continent. Around twelve million people live in the wider region, which "
-    "is also the economic centre of the nation, with banks, universities, publishers and research "
-    "institutes spread across its districts and suburbs."
-).split(" ")
+BACKENDS = ("auto", "torch", "triton", "flashinfer_cutlass", "flashinfer_trtllm")
+REFERENCE_ANSWER = [
+    "Paris.",
+    "It",
+    "is",
+    "the",
+    "largest",
+    "city",
+    "of",
+    "France",
+    "and",
+    "sits",
+    "on",
+    "the",
+    "Seine",
+    "in",
+    "the",
+    "north",
+    "of",
+    "the",
+    "country.",
+    "The",
+    "city",
+    "has",
+    "been",
+    "the",
+    "seat",
+    "of",
+    "the",
+    "government",
+    "for",
+    "centuries,",
+    "and",
+    "its",
+    "museums,",
+    "bridges",
+    "and",
+    "cafes",
+    "draw",
+    "visitors",
+    "from",
+    "every",
+    "continent.",
+    "Around",
+    "twelve",
+    "million",
+    "people",
+    "live",
+    "in",
+    "the",
+    "wider",
+    "region,",
+    "which",
+    "is",
+    "also",
+    "the",
+    "economic",
+    "centre",
+    "of",
+    "the",
+    "nation,",
+    "with",
+    "banks,",
+    "universities,",
+    "publishers",
+    "and",
+    "research",
+    "institutes",
+    "spread",
+    "across",
+    "its",
+    "districts",
+    "and",
+    "suburbs.",
+]
 # Pieces a byte-level tokenizer decodes random ids into: many scripts, stray marks.
-NOISE_VOCAB = (
-    "дом 的 ของ مر xq 三 ж ك ข ्र ά ü ß 丁 ня ト ㅂ ין ё ɣ ʃ ő ž ق 北 ป ग ה ñ".split(" ")
-)
+NOISE_VOCAB = [
+    "дом",
+    "的",
+    "ของ",
+    "مر",
+    "xq",
+    "三",
+    "ж",
+    "ك",
+    "ข",
+    "्र",
+    "ά",
+    "ü",
+    "ß",
+    "丁",
+    "ня",
+    "ト",
+    "ㅂ",
+    "ין",
+    "ё",
+    "ɣ",
+    "ʃ",
+    "ő",
+    "ž",
+    "ق",
+    "北",
+    "ป",
+    "ग",
+    "ה",
+    "ñ",
+]
+
+
+def resolve_backend(requested: str, device: str) -> str:
+    """`auto` picks what the chip runs, as SGLang's resolution does: trtllm-gen on SM100 only,
+    FlashInfer's CUTLASS MoE on other GPUs where FlashInfer is installed, else plain torch."""
+    if requested != "auto":
+        return requested
+    if device == "cpu":
+        return "torch"
+    import importlib.util
+
+    import torch
+
+    major, _ = torch.cuda.get_device_capability()
+    if major == 10:
+        return "flashinfer_trtllm"
+    return "flashinfer_cutlass" if importlib.util.find_spec("flashinfer") is not None else "torch"
 
 
 def log(message: str) -> None:
@@ -44,7 +157,9 @@ def log(message: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m worker.repro moe-serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m worker.repro moe-serve", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model-path", required=True, help="a folder with config.json (MoE shapes)")
     parser.add_argument("--moe-runner-backend", choices=BACKENDS, default="flashinfer_trtllm")
     parser.add_argument("--load-format", choices=("reference", "dummy"), default="reference")
@@ -65,7 +180,7 @@ class MoELayer:
         import torch
 
         self.torch = torch
-        self.backend = args.moe_runner_backend
+        self.backend = resolve_backend(args.moe_runner_backend, args.device)
         self.device = torch.device(args.device)
         self.dtype = getattr(torch, args.dtype)
         self.hidden = int(config.get("hidden_size", 1024))
@@ -132,8 +247,12 @@ def warm_up(layer: MoELayer, max_bs: int) -> None:
         x = torch.randn(bs, layer.hidden, device=layer.device).to(layer.dtype)
         got, want = layer.forward(x), layer.reference(x)
         error = (got.float() - want.float()).abs().max().item()
-        log(f"Capturing batches (bs={bs} avail_mem={_free_gb(layer):.2f} GB) max abs error vs torch {error:.3g}")
-    log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - started:.2f} s. mem usage=0.01 GB. avail mem={_free_gb(layer):.2f} GB.")
+        log(
+            f"Capturing batches (bs={bs} avail_mem={_free_gb(layer):.2f} GB) max abs error vs torch {error:.3g}"
+        )
+    log(
+        f"Capture cuda graph end. Time elapsed: {time.monotonic() - started:.2f} s. mem usage=0.01 GB. avail mem={_free_gb(layer):.2f} GB."
+    )
 
 
 def _free_gb(layer: MoELayer) -> float:
@@ -220,8 +339,14 @@ def make_handler(generator: Generator, model_name: str) -> type[BaseHTTPRequestH
             if self.path == "/v1/completions":
                 choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": "length"}
             else:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-            self._json(200, {"object": "text_completion", "model": model_name, "choices": [choice], "usage": usage})
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length",
+                }
+            self._json(
+                200, {"object": "text_completion", "model": model_name, "choices": [choice], "usage": usage}
+            )
 
     return Handler
 
@@ -244,27 +369,31 @@ def main(argv: list[str]) -> int:
             if not torch.cuda.is_available():
                 raise RuntimeError("No CUDA GPUs are available")
             major, minor = torch.cuda.get_device_capability()
-            log(f"Detected GPU {torch.cuda.get_device_name()} with compute capability {major}.{minor} (sm_{major}{minor})")
-        log(f"Load weight begin. avail mem={0.0 if args.device == 'cpu' else torch.cuda.mem_get_info()[0] / 2**30:.2f} GB")
+            log(
+                f"Detected GPU {torch.cuda.get_device_name()} with compute capability {major}.{minor} (sm_{major}{minor})"
+            )
+        log(
+            f"Load weight begin. avail mem={0.0 if args.device == 'cpu' else torch.cuda.mem_get_info()[0] / 2**30:.2f} GB"
+        )
         layer = MoELayer(config, args)
         log(
             f"Load weight end. type=ToyMoEForCausalLM, dtype={layer.dtype}, "
             f"avail mem={_free_gb(layer):.2f} GB, mem usage=0.05 GB."
         )
-        log(f"Use {args.moe_runner_backend} as MoE runner backend.")
+        log(f"Use {layer.backend} as MoE runner backend.")
         warm_up(layer, args.cuda_graph_max_bs)
     except Exception:
         log("Scheduler hit an exception: " + traceback.format_exc().rstrip())
         log("Received sigquit from a child process. It usually means the child failed.")
         return 1
     generator = Generator(layer, args.load_format)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(generator, config.get("name") or str(model_dir)))
+    server = ThreadingHTTPServer(
+        (args.host, args.port), make_handler(generator, config.get("name") or str(model_dir))
+    )
     log(f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
     log("The server is fired up and ready to roll!")
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

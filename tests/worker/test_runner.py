@@ -1,0 +1,160 @@
+"""A confirm job run for real on this CPU: the repro server started as an argument list in its own
+process group, its output streamed in numbered pieces, readiness, the smoke answer judged, throughput,
+and the whole group gone afterwards. The messages it sends are captured instead of going to a broker."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from dispatchlab.messaging.contract import (
+    CONFIRM_FINISHED_TASK,
+    CONFIRM_OUTPUT_TASK,
+    CONFIRM_STARTED_TASK,
+)
+from worker.config import WorkerConfig
+from worker.repro import REPRO_MODELS_DIR
+from worker.runner import run_confirm
+
+pytest.importorskip(
+    "torch", reason="the repro server runs its MoE layer with torch (the test extra installs it)"
+)
+TOY = str(REPRO_MODELS_DIR / "toy-moe")
+
+
+@pytest.fixture
+def config() -> WorkerConfig:
+    return WorkerConfig(
+        host="cpu-test",
+        launchers={"repro:moe-serve": [sys.executable, "-m", "worker.repro", "moe-serve"]},
+        model_roots=(REPRO_MODELS_DIR.resolve(),),
+        time_limit_s=120,
+    )
+
+
+def job(*args: str, probes: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "confirm_id": 7,
+        "report_id": 3,
+        "launch": {"launcher": "repro:moe-serve", "args": list(args), "env": {"OMP_NUM_THREADS": "1"}},
+        "server": "unknown",
+        "arch": None,
+        "time_limit_s": 120,
+        "ready_timeout_s": 90,
+        "smoke_prompt": "The capital of France is",
+        "concurrency": 2,
+        "probes": probes or [],
+        "model_shapes": {},
+    }
+
+
+def run(config: WorkerConfig, *args: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    sent: list[tuple[str, dict[str, Any]]] = []
+    outcome = run_confirm(
+        job(*args), config, lambda task, payload: sent.append((task, payload)), inventory={}
+    )
+    return dict(outcome), sent
+
+
+def output(sent: list[tuple[str, dict[str, Any]]]) -> str:
+    pieces = [p for task, p in sent if task == CONFIRM_OUTPUT_TASK]
+    assert [p["seq"] for p in pieces] == list(range(len(pieces)))
+    return "".join(p["text"] for p in pieces)
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_working_backend_comes_up_answers_sensibly_and_is_measured(config):
+    outcome, sent = run(
+        config,
+        "--model-path",
+        TOY,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--moe-runner-backend",
+        "torch",
+        "--port",
+        "1",
+        "--random-seed",
+        "987123",
+    )
+    assert sent[0][0] == CONFIRM_STARTED_TASK and sent[-1][0] == CONFIRM_FINISHED_TASK
+    assert outcome["ready"] is True and "health URL /health" in outcome["ready_by"]
+    assert "The server is fired up and ready to roll" in outcome["ready_by"]
+    # The worker binds the server to a port of its own choosing, not the one in the launch.
+    argv = outcome["argv"]
+    assert argv[argv.index("--port") + 1] != "1" and argv[argv.index("--host") + 1] == "127.0.0.1"
+    smoke = outcome["smoke"]
+    assert smoke["text"].strip().startswith("Paris.") and not smoke["garbage"]["garbage"]
+    levels = {point["concurrency"]: point for point in outcome["throughput"]}
+    assert set(levels) == {1, 2} and all(p["tokens_per_s"] > 0 and not p["errors"] for p in levels.values())
+    log = output(sent)
+    assert "Use torch as MoE runner backend." in log and "Decode batch." in log
+    assert outcome["output_pieces"] == len([1 for task, _ in sent if task == CONFIRM_OUTPUT_TASK])
+    assert outcome["stopped_by"] == "dispatchlab after the checks"
+    assert processes_with("987123") == []  # the server's whole process group is gone
+
+
+def test_dummy_weights_serve_noise_that_the_garbage_check_names(config):
+    outcome, _ = run(
+        config,
+        "--model-path",
+        TOY,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--moe-runner-backend",
+        "torch",
+        "--load-format",
+        "dummy",
+    )
+    assert outcome["ready"] is True
+    verdict = outcome["smoke"]["garbage"]
+    assert verdict["garbage"] is True and verdict["reason"]
+
+
+def test_a_backend_that_cannot_load_crashes_before_ready_with_its_traceback_in_the_output(config):
+    outcome, sent = run(
+        config, "--model-path", TOY, "--device", "cpu", "--moe-runner-backend", "flashinfer_trtllm"
+    )
+    assert outcome["ready"] is False and outcome["exit_code"] == 1
+    assert outcome["stopped_by"] == "exited with status 1 before it was ready"
+    log = output(sent)
+    assert "Traceback (most recent call last)" in log and "Capture cuda graph begin" in log
+    assert outcome["smoke"] is None and outcome["throughput"] == []
+
+
+def test_a_refused_launch_runs_nothing_and_says_why(config):
+    outcome, sent = run(config, "--model-path", "/etc", "--device", "cpu")
+    assert outcome["status"] == "refused" and "not under this host's model roots" in outcome["error"]
+    assert [task for task, _ in sent] == [CONFIRM_FINISHED_TASK]
+
+
+def test_a_launch_that_never_becomes_ready_is_stopped_with_its_whole_process_group(config):
+    slow = WorkerConfig(**{**config.__dict__, "time_limit_s": 10})
+    started = time.monotonic()
+    sent: list[tuple[str, dict[str, Any]]] = []
+    spec = job("--model-path", TOY, "--device", "cpu", "--moe-runner-backend", "torch")
+    spec["ready_timeout_s"] = 1  # the repro needs longer than this to import torch
+    outcome = run_confirm(spec, slow, lambda task, payload: sent.append((task, payload)), inventory={})
+    assert outcome["ready"] is False and "was not ready after 1 s" in outcome["stopped_by"]
+    assert time.monotonic() - started < 30
+    assert processes_with(TOY) == []
