@@ -1,46 +1,154 @@
-"""`python -m worker`: report the GPU architecture and the queues this host would serve."""
+"""`python -m worker`: the GPU worker's command line.
+
+    python -m worker                          the inventory, for people
+    python -m worker inventory [--json]       GPUs, links, driver, package versions, queues
+    python -m worker probe [NAME...] [--json] [--component C] [--model-shapes JSON] [--jit-timeout S]
+    python -m worker probe --list             the probes there are
+    python -m worker serve                    take confirm and probe jobs from the broker (DISPATCHLAB_BROKER_URL)
+
+Both commands exit 0 also on a host without a GPU (the output says why nothing ran); 2 on usage errors.
+With --json, stdout holds exactly one JSON object: whatever a library prints while probing goes to stderr.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
 import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from dispatchlab.core.arch import arch_from_capability, arch_from_gpu_name
-
-
-def detect_gpus() -> list[tuple[str, str | None]]:
-    """(name, arch) of each visible NVIDIA GPU, via NVML; empty when there is none or no pynvml."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        print("pynvml is not installed: pip install 'dispatchlab[gpu]'", file=sys.stderr)
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        print(f"no NVIDIA driver reachable: {error}", file=sys.stderr)
-        return []
-    gpus = []
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        name = pynvml.nvmlDeviceGetName(handle)
-        name = name.decode() if isinstance(name, bytes) else name
-        major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-        gpus.append((name, arch_from_capability(f"{major}.{minor}") or arch_from_gpu_name(name)))
-    return gpus
+from worker.inventory import summary_lines, take_inventory
+from worker.probes import (
+    DEFAULT_JIT_TIMEOUT_S,
+    Component,
+    model_shapes_from_env,
+    probe_catalog,
+    run_probes,
+    table_lines,
+)
 
 
-def main() -> int:
-    gpus = detect_gpus()
-    arches = sorted({arch for _, arch in gpus if arch})
-    for index, (name, arch) in enumerate(gpus):
-        print(f"GPU {index}: {name} ({arch or 'unknown arch'})")
-    queues = ["gpu", *(f"gpu.{arch}" for arch in arches)]
-    print(
-        f"broker {os.environ.get('DISPATCHLAB_BROKER_URL', '(DISPATCHLAB_BROKER_URL not set)')}; queues {', '.join(queues)}"
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m worker", description="dispatchlab's GPU worker")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    inventory = commands.add_parser("inventory", help="what this host has: GPUs, links, versions")
+    inventory.add_argument("--json", action="store_true", help="one JSON object")
+    probe = commands.add_parser("probe", help="run kernel probes on this host's GPU")
+    probe.add_argument("names", nargs="*", metavar="NAME", help="probes to run (default: all)")
+    probe.add_argument("--json", action="store_true", help="one JSON object: {host, probes}")
+    probe.add_argument(
+        "--component", choices=[c.value for c in Component], help="only this component's probes"
     )
-    print("re-running launches and kernel benchmarks is not part of this release yet", file=sys.stderr)
-    return 2 if not gpus else 0
+    probe.add_argument(
+        "--model-shapes",
+        metavar="JSON",
+        help="the model's shapes as a JSON object or @FILE (hidden_size, moe_intermediate_size, num_experts, "
+        "top_k, tokens, num_attention_heads, num_key_value_heads, head_dim); default: "
+        "$DISPATCHLAB_PROBE_MODEL_SHAPES, else DeepSeek-V3-like",
+    )
+    probe.add_argument(
+        "--jit-timeout",
+        type=float,
+        default=DEFAULT_JIT_TIMEOUT_S,
+        metavar="S",
+        help=f"longest a slow FlashInfer JIT build may take before the probe gives up (default {DEFAULT_JIT_TIMEOUT_S:g})",
+    )
+    probe.add_argument("--list", action="store_true", help="list the probes and exit")
+    serve = commands.add_parser("serve", help="take confirm and probe jobs from the broker")
+    serve.add_argument("--loglevel", default="INFO", help="Celery's log level")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "probe":
+        return _probe(parser, args)
+    if args.command == "serve":
+        return _serve(loglevel=args.loglevel)
+    return _inventory(json_output=bool(getattr(args, "json", False)))
+
+
+def _inventory(*, json_output: bool) -> int:
+    inventory = take_inventory()
+    if json_output:
+        print(json.dumps(inventory.to_dict(), indent=2))
+    else:
+        print("\n".join(summary_lines(inventory)))
+    return 0
+
+
+def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.list:
+        for entry in probe_catalog():
+            print(
+                f"{entry['name']:<28} {entry['component']:<10} {entry['backend']:<30} {entry['description']}"
+            )
+        return 0
+    try:
+        shapes = _model_shapes(args.model_shapes)
+    except (OSError, ValueError) as error:
+        parser.error(f"--model-shapes: {error}")
+    inventory = take_inventory()
+    try:
+        with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+            results = run_probes(
+                args.names or None,
+                model_shapes=shapes,
+                component=args.component,
+                jit_timeout_s=args.jit_timeout,
+            )
+    except ValueError as error:  # an unknown probe or shape, found before anything ran
+        parser.error(str(error))
+    if args.json:
+        print(json.dumps({"host": inventory.to_dict(), "probes": [r.to_dict() for r in results]}, indent=2))
+        return 0
+    gpus = ", ".join(f"{g.name} ({g.arch})" for g in inventory.gpus) or f"no GPU ({inventory.reason})"
+    print(f"host {inventory.hostname}: {gpus}")
+    print("\n".join(table_lines(results)))
+    return 0
+
+
+def _serve(*, loglevel: str) -> int:
+    from worker.app import serve
+    from worker.config import ConfigError
+
+    inventory = take_inventory().to_dict()
+    try:
+        return serve(inventory=inventory, loglevel=loglevel)
+    except ConfigError as error:
+        print(f"python -m worker serve: {error}", file=sys.stderr)
+        return 2
+
+
+def _model_shapes(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return model_shapes_from_env()
+    text = Path(raw[1:]).read_text(encoding="utf-8") if raw.startswith("@") else raw
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("a JSON object is needed")
+    return data
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Keep stdout for the JSON: point file descriptor 1 (C libraries, JIT compilers) and sys.stdout at
+    stderr while the probes run."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 if __name__ == "__main__":

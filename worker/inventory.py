@@ -167,7 +167,7 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuInfo:
         memory_mib=int(memory.total) // (1 << 20) if memory is not None else None,
         capability=cc,
         uuid=_text(_call(nvml, nvml.nvmlDeviceGetUUID, handle)),
-        bus_id=_bus_id(pci.busId) if pci is not None else None,
+        bus_id=_text(pci.busId) if pci is not None else None,
         sm_clock_max_mhz=_call(nvml, nvml.nvmlDeviceGetMaxClockInfo, handle, clock[0]),
         sm_clock_mhz=_call(nvml, nvml.nvmlDeviceGetClockInfo, handle, clock[0]),
         memory_clock_max_mhz=_call(nvml, nvml.nvmlDeviceGetMaxClockInfo, handle, clock[1]),
@@ -203,7 +203,7 @@ def _links(nvml: Any, gpus: list[GpuInfo], handles: list[Any]) -> list[Link]:
     PCIe path between them."""
     if len(gpus) < 2:
         return []
-    by_bus = {g.bus_id: g.index for g in gpus if g.bus_id}
+    by_bus = {_bus_key(g.bus_id): g.index for g in gpus if g.bus_id}
     direct: dict[tuple[int, int], int] = {}
     switched: dict[int, int] = {}
     for gpu, handle in zip(gpus, handles, strict=True):
@@ -213,7 +213,7 @@ def _links(nvml: Any, gpus: list[GpuInfo], handles: list[Any]) -> list[Link]:
                 switched[gpu.index] = switched.get(gpu.index, 0) + 1
                 continue
             remote = _call(nvml, nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
-            peer = by_bus.get(_bus_id(remote.busId)) if remote is not None else None
+            peer = by_bus.get(_bus_key(remote.busId)) if remote is not None else None
             if peer is not None and peer != gpu.index:
                 pair = (min(gpu.index, peer), max(gpu.index, peer))
                 direct[pair] = direct.get(pair, 0) + 1
@@ -309,7 +309,7 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _bus_id(value: Any) -> str:
+def _bus_key(value: Any) -> str:
     """NVML bus ids come as '00000000:18:00.0' (or bytes, or with a 4-digit domain): compare them by the
     bus/device/function part, lower-cased."""
     text = _text(value) or ""

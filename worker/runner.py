@@ -111,13 +111,18 @@ class OutputPump:
 
 
 def _health(base_url: str) -> str | None:
+    """The health path that answers 200. /v1/models counts only on a server without /health: SGLang's
+    /health answers 503 until its warm-up request is done while /v1/models already answers."""
     for path in HEALTH_PATHS:
         try:
-            with urllib.request.urlopen(base_url + path, timeout=2) as response:
+            with urllib.request.urlopen(base_url + path, timeout=5) as response:
                 if response.status == 200:
                     return path
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                return None
         except (urllib.error.URLError, OSError, ValueError):
-            continue
+            return None
     return None
 
 
@@ -149,12 +154,18 @@ def run_probes_subprocess(
     """`python -m worker probe --json` for the named probes (or `component:NAME`); None runs all."""
     if names is not None and not names:
         return []
+    from worker.probes import probe_names, probes_for_component
+
     argv = [sys.executable, "-m", "worker", "probe", "--json"]
+    known = set(probe_names())
     for name in names or []:
         if name.startswith("component:"):
-            argv += ["--component", name.split(":", 1)[1]]
-        else:
+            with contextlib.suppress(ValueError):  # a component this worker has no probes for
+                argv += [p for p in probes_for_component(name.split(":", 1)[1]) if p not in argv]
+        elif name in known and name not in argv:
             argv.append(name)
+    if names and len(argv) == 5:
+        return []  # none of the asked-for probes exists on this worker
     env = dict(os.environ)
     if model_shapes:
         env["DISPATCHLAB_PROBE_MODEL_SHAPES"] = json.dumps(model_shapes)

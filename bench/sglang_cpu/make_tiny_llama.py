@@ -1,6 +1,7 @@
 """Write the tiny Llama model directory used by the CPU SGLang smoke launch.
 
-    python bench/sglang_cpu/make_tiny_llama.py [OUT_DIR]   (default: bench/sglang_cpu/tiny-llama)
+    python bench/sglang_cpu/make_tiny_llama.py [OUT_DIR]
+        default: writes bench/sglang_cpu/tiny-llama and bench/sglang_cpu/tiny-llama-remote-code
 
 No weights (the launch uses --load-format dummy) and nothing downloaded: the tokenizer is
 a byte-level BPE trained here, offline, on a few sentences with the `tokenizers` library
@@ -125,5 +126,40 @@ def main(out: Path) -> None:
     print(f"wrote {out} (tokenizer vocab {n}, model vocab {VOCAB_SIZE})")
 
 
+REMOTE_CODE_PY = '''from transformers import LlamaConfig
+
+
+class TinyCustomLlamaConfig(LlamaConfig):
+    """A Llama config under its own model_type: loading it needs trust_remote_code."""
+
+    model_type = "tiny_custom_llama"
+'''
+
+
+def make_remote_code_variant(src: Path, out: Path) -> None:
+    """Same model, but config.json names a model_type transformers does not know and maps
+    AutoConfig to a local configuration_*.py (`auto_map`), like many hub checkpoints.
+    Without --trust-remote-code SGLang dies in AutoConfig.from_pretrained with transformers'
+    "contains custom code which must be executed" ValueError; with it, the server comes up
+    (the architecture is still SGLang's native LlamaForCausalLM)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file():
+            (out / f.name).write_bytes(f.read_bytes())
+    cfg = dict(
+        CONFIG,
+        model_type="tiny_custom_llama",
+        auto_map={"AutoConfig": "configuration_tiny_custom_llama.TinyCustomLlamaConfig"},
+    )
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "configuration_tiny_custom_llama.py").write_text(REMOTE_CODE_PY)
+    print(f"wrote {out} (needs --trust-remote-code)")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "tiny-llama")
+    if len(sys.argv) > 1:
+        main(Path(sys.argv[1]))
+    else:
+        here = Path(__file__).resolve().parent
+        main(here / "tiny-llama")
+        make_remote_code_variant(here / "tiny-llama", here / "tiny-llama-remote-code")

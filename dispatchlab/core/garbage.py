@@ -10,6 +10,7 @@ dictionary, and is not claimed.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
@@ -54,6 +55,9 @@ _HASH_CHARS = frozenset("#＃")
 # Token 0 of the GPT-2, Llama 3 and Qwen vocabularies is '!': a run this long is collapse, not emphasis.
 _LOUD_CHARS = frozenset("!?！？¡¿")
 _LOUD_RUN = 16
+_SYMBOL_TOKEN = re.compile(r"[^\w\s]")
+# '# Setup', '## Title', '###  Misc': a comment or header line makes '#' runs around it code or markup.
+_COMMENT_LINE = re.compile(r"^[ \t]*#+[^#\n]*[^\W\d_]", re.MULTILINE)
 _DOMINANT = 0.5
 _MAX_PERIOD = 40
 
@@ -112,6 +116,12 @@ _SHARE_WEIGHT = {"CJK": 3, "HANGUL": 2}
 # Scripts whose one- or two-letter pieces are ordinary (variables, Greek symbols in maths).
 _FRAGMENT_EXEMPT = frozenset({"LATIN", "GREEK"})
 _AT_HOME = 0.4
+# Words on each side that make the neighbourhood a word is judged in.
+_NEAR = 3
+# A stray piece: this many letters at most (one CJK character, one Hangul syllable).
+_STRAY_LETTERS = 2
+# Noise events (glued pieces, stray pieces, undecodable characters) per script run.
+_NOISE_DENSITY = 0.1
 
 
 def _verdict(kind: GarbageKind, score: float, reason: str) -> GarbageVerdict:
@@ -191,7 +201,7 @@ def _symbol_runs(text: str, visible: str) -> _Check:
         stripped = text.strip()
         tail = len(stripped) - len(stripped.rstrip("".join(_HASH_CHARS)))
         collapsed = share >= 0.6 and tail >= _LOUD_RUN and stripped[0] not in _HASH_CHARS
-        if share >= 0.9 or collapsed:
+        if (share >= 0.9 or collapsed) and not _COMMENT_LINE.search(text):
             reason = f"{_pct(share)} of the answer is the character {ch!r} repeated (a run of {run})"
             return _verdict(GarbageKind.HASH_RUN, share, reason), share
         return None, share
@@ -256,8 +266,13 @@ def _loop_is_garbage(loop: _Loop) -> bool:
             return loop.repeats >= 8 and loop.share >= _DOMINANT
         if len(unit) == 1:
             return loop.repeats >= 8
-        # '(_nl, _nl, _nl, ...)' in code is a small part of a long answer; a broken model's loop is not.
-        return (loop.repeats >= 8 and loop.share >= 0.2) or (loop.repeats >= 4 and loop.share >= _DOMINANT)
+        # '(_nl, _nl, _nl, ...)' or 'range(2), range(2), ...' in code is a part of the answer; a broken
+        # model's loop takes it over.
+        return (
+            (loop.repeats >= 8 and loop.share >= 0.35)
+            or (loop.repeats >= 5 and loop.share >= _DOMINANT)
+            or (loop.repeats >= 4 and loop.share >= 0.75)
+        )
     if any(ch.isdigit() for ch in unit):
         # 1000000000, 0x0000000000000000, a googol: numbers repeat digits legitimately.
         return loop.repeats >= 16 and loop.share >= 0.9
@@ -316,11 +331,15 @@ def _dominant_word(text: str, visible: str) -> _Check:
     if len(words) < 10:
         return None, 0.0
     word, count = Counter(words).most_common(1)[0]
-    share = count / len(words)
+    # Code repeats names ('Tuple[int, int]', 'raise E -> raise E(V)') between its symbols: count those
+    # symbols as tokens too, so only prose made of one word dominates.
+    tokens = len(words) + len(_SYMBOL_TOKEN.findall(text))
+    share = count / tokens
+    # 'import os\nimport sys\n...' is half 'import': dominating means more than that.
     if count >= 8 and share >= 0.6:
-        reason = f"{_show(word)} makes up {_pct(share)} of the words ({count} of {len(words)})"
+        reason = f"{_show(word)} makes up {_pct(share)} of the words ({count} of {tokens})"
         return _verdict(GarbageKind.REPEATED_TOKEN, share, reason), share
-    return None, share / 2
+    return None, share
 
 
 @lru_cache(maxsize=8192)
@@ -350,6 +369,7 @@ class _Run:
     glued: bool  # starts right after a letter of another script, with nothing between
     start: int
     end: int
+    line: int
 
 
 _OPENERS = "([{'\"«“‘「『《〈"
@@ -359,7 +379,10 @@ _CLOSERS = ")]}'\"»”’」』》〉"
 def _script_runs(text: str) -> list[_Run]:
     runs: list[_Run] = []
     after_letter = False
+    line = 0
     for index, ch in enumerate(text):
+        if ch == "\n":
+            line += 1
         script = _script(ch)
         if script == "":
             if after_letter:
@@ -372,7 +395,7 @@ def _script_runs(text: str) -> list[_Run]:
             runs[-1].letters += 1
             runs[-1].end = index + 1
         else:
-            runs.append(_Run(script, 1, glued=after_letter, start=index, end=index + 1))
+            runs.append(_Run(script, 1, glued=after_letter, start=index, end=index + 1, line=line))
         after_letter = True
     return runs
 
@@ -387,6 +410,10 @@ def _quoted(text: str, run: _Run) -> bool:
     )
 
 
+def _script_name(script: str) -> str:
+    return script if script == "CJK" else script.title()
+
+
 def _glue_is_ordinary(a: str, b: str, home: set[str]) -> bool:
     pair = {a, b}
     if pair in ({"LATIN", "GREEK"}, {"HANGUL", "CJK"}):
@@ -395,29 +422,45 @@ def _glue_is_ordinary(a: str, b: str, home: set[str]) -> bool:
     return "LATIN" in pair and bool(pair & {"CJK", "HANGUL"} & home)
 
 
+def _script_weights(runs: list[_Run]) -> Counter[str]:
+    weight: Counter[str] = Counter()
+    for run in runs:
+        weight[run.script] += run.letters * _SHARE_WEIGHT.get(run.script, 1)
+    return weight
+
+
+def _home(weight: Counter[str]) -> set[str]:
+    total = sum(weight.values())
+    return {script for script, w in weight.items() if w / total >= _AT_HOME}
+
+
 def _script_noise(text: str, visible: str) -> _Check:
     """Random token ids decoded by a multilingual BPE vocabulary: short pieces of many scripts, often
     glued together ('дом的ของ'), and stray letters of a script the answer is not written in."""
     runs = _script_runs(text)
     if len(runs) < 3:
         return None, 0.0
-    weight: Counter[str] = Counter()
-    for run in runs:
-        weight[run.script] += run.letters * _SHARE_WEIGHT.get(run.script, 1)
-    total = sum(weight.values())
-    home = {script for script, w in weight.items() if w / total >= _AT_HOME}
+    weight = _script_weights(runs)
+    # The languages the answer is written in: overall, on each line, and around each word, as one
+    # answer may give English, then a Chinese sentence with Latin terms glued in, then a Korean one.
+    home = _home(weight)
+    line_home = {
+        line: home | _home(_script_weights([run for run in runs if run.line == line]))
+        for line in {run.line for run in runs}
+    }
     glued = 0
     stray = 0
     for index, run in enumerate(runs):
         before = runs[index - 1].script if index else None
         after = runs[index + 1].script if index + 1 < len(runs) else None
-        if run.glued and before is not None and not _glue_is_ordinary(before, run.script, home):
+        near = line_home[run.line] | _home(_script_weights(runs[max(0, index - _NEAR) : index + _NEAR + 1]))
+        if run.glued and before is not None and not _glue_is_ordinary(before, run.script, near):
             glued += 1
         elif (
             not run.glued
             and run.script not in _FRAGMENT_EXEMPT
-            and run.script not in home
-            and run.letters <= (1 if run.script in _SHARE_WEIGHT else 2)
+            and run.script not in near
+            and run.letters <= (1 if run.script in _SHARE_WEIGHT else _STRAY_LETTERS)
             and before != run.script
             and after != run.script
             and not (after is not None and runs[index + 1].glued)
@@ -428,13 +471,22 @@ def _script_noise(text: str, visible: str) -> _Check:
     events = glued + stray + broken
     density = events / len(runs)
     scripts = len(weight)
-    if events >= 3 and density >= 0.15 and (scripts >= 3 or events >= 5):
-        names = ", ".join(script.title() for script, _ in weight.most_common(6))
-        parts = [f"{glued} pieces of different scripts glued together"] if glued else []
+    # Two scripts glued is a language that mixes them (Tatar's Latin letters in Cyrillic words); single
+    # letters alone ('the letter ж', 'the character 水') need to be many before they are noise.
+    strays_only = not glued and not broken
+    if (
+        events >= 3
+        and density >= _NOISE_DENSITY
+        and scripts >= 3
+        and not (strays_only and (stray < 4 or density < 0.15))
+    ):
+        names = ", ".join(_script_name(script) for script, _ in weight.most_common(6))
+        names += ", ..." if scripts > 6 else ""
+        parts = [f"{glued} words glued across scripts"] if glued else []
         if stray:
-            parts.append(f"{stray} stray letters of scripts the answer is not written in")
+            parts.append(f"{stray} stray pieces of scripts the answer is not written in")
         if broken:
             parts.append(f"{broken} undecodable characters")
-        reason = f"{' and '.join(parts)} among {len(runs)} words, across {scripts} scripts ({names})"
+        reason = f"random pieces of {scripts} scripts ({names}) among {len(runs)} words: {', '.join(parts)}"
         return _verdict(GarbageKind.MIXED_SCRIPT_NOISE, max(density, 0.5), reason), density
     return None, min(density, 0.49) if events else 0.0

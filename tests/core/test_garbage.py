@@ -9,6 +9,8 @@ the corpus tests assert are the detector's measured false-alarm and detection ra
 from __future__ import annotations
 
 import json
+import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -168,6 +170,46 @@ GARBAGE: list[tuple[str, GarbageKind]] = [
 ]
 
 
+# Subword pieces as a multilingual byte-level BPE vocabulary holds them, grouped by script with their
+# weight in the draw (roughly Llama 3's mix: mostly English and code, a quarter other scripts).
+# Pieces are separated by spaces; '·' marks a piece that starts a word (BPE's leading space),
+# '⏎' and '⇥' a newline and a tab.
+VOCAB_TEXT = """
+latin 55: ·the ·and ing tion ·Laboratories ·pursuant ·frustr ologia ·Helsinki ·mobs ulatory ·sponsors
+  ·Keyboard ifacts ·Stanton quisit ·Weekly ·proving ·Mall verb ·dicen ·nieuw ção ·über straße ·él ción
+  ·Spiel amento keit ·lungs ·Norris ekir ancia ·hoje ·forty
+code 15: (); _nat .pathname ']){ -> _TYPE =" .get [] {⏎ ⇥ // _DIRECTORY .getObject :: $( %s ") ++
+cjk 6: 的 是 刊 县 年 地址 小说 下午 我们 体 三 考虑 を の です ランザ ッ
+cyrillic 6: ·при ения ·кон ическ ·Дж ов ·ж ых ·Тур зов ·сид ал ·Ек ерж
+arabic 3: ·ال ية ·من تر ·مرا ·ك ض ·أن ما ·ح
+hangul 3: ·가능 의 ·하지만 개 ·자동 에서 를 ·연구 수
+thai 2: ของ ข่าว จะ ที่ ก ต่ำ ศาล
+indic 3: ·भी ष ·विशेष मर ·ಮ ত ளம் ાह ট ওয়া
+other 3: ·ή ι ש לים ·Ο ի ·ნ გ ת ა
+"""
+
+
+def _vocab() -> dict[str, tuple[int, list[str]]]:
+    vocab: dict[str, tuple[int, list[str]]] = {}
+    for block in re.split(r"\n(?=\S)", VOCAB_TEXT.strip()):
+        head, pieces = block.split(":", 1)
+        group, weight = head.split()
+        unescaped = [
+            piece.replace("·", " ").replace("⏎", "\n").replace("⇥", "\t") for piece in pieces.split()
+        ]
+        vocab[group] = (int(weight), unescaped)
+    return vocab
+
+
+VOCAB = _vocab()
+
+
+def _random_token_text(rng: random.Random, tokens: int) -> str:
+    groups = list(VOCAB)
+    weights = [VOCAB[group][0] for group in groups]
+    return "".join(rng.choice(VOCAB[rng.choices(groups, weights)[0]][1]) for _ in range(tokens))
+
+
 def test_no_ordinary_answer_in_the_corpus_is_called_garbage():
     assert len(CLEAN) >= 40
     false_alarms = [(text, detect_garbage(text).reason) for text in CLEAN if detect_garbage(text).garbage]
@@ -182,6 +224,16 @@ def test_every_garbage_sample_is_flagged_with_its_kind():
         if not verdict.garbage or verdict.kind != kind:
             missed.append((text, kind, verdict.kind, verdict.reason))
     assert missed == [], f"{len(missed)}/{len(GARBAGE)} missed or misnamed"
+
+
+def test_random_token_ids_decoded_by_a_multilingual_vocabulary_are_mostly_caught():
+    # A random-weight model answers with uniformly random token ids; 32 of them, 300 seeded draws.
+    rng = random.Random(0)
+    draws = [_random_token_text(rng, 32) for _ in range(300)]
+    verdicts = [detect_garbage(text) for text in draws]
+    caught = sum(verdict.garbage for verdict in verdicts)
+    assert caught / len(draws) >= 0.85, f"caught {caught}/{len(draws)}"
+    assert {verdict.kind for verdict in verdicts if verdict.garbage} == {GarbageKind.MIXED_SCRIPT_NOISE}
 
 
 @pytest.mark.parametrize("text", [text for text, _ in GARBAGE])

@@ -136,8 +136,8 @@ NOISE_VOCAB = [
 
 
 def resolve_backend(requested: str, device: str) -> str:
-    """`auto` picks what the chip runs, as SGLang's resolution does: trtllm-gen on SM100 only,
-    FlashInfer's CUTLASS MoE on other GPUs where FlashInfer is installed, else plain torch."""
+    """`auto` picks a runner every GPU runs, as SGLang's resolution picks Triton for BF16 MoE on Hopper:
+    the Triton runner where Triton and a GPU are there, else plain torch."""
     if requested != "auto":
         return requested
     if device == "cpu":
@@ -146,10 +146,10 @@ def resolve_backend(requested: str, device: str) -> str:
 
     import torch
 
-    major, _ = torch.cuda.get_device_capability()
-    if major == 10:
-        return "flashinfer_trtllm"
-    return "flashinfer_cutlass" if importlib.util.find_spec("flashinfer") is not None else "torch"
+    # trtllm-gen is never chosen here: the repro's FP4 weights are placeholders (trtllm_call.py).
+    return (
+        "triton" if importlib.util.find_spec("triton") is not None and torch.cuda.is_available() else "torch"
+    )
 
 
 def log(message: str) -> None:
@@ -217,15 +217,29 @@ class MoELayer:
         return out.to(x.dtype)
 
     def forward(self, x: Any) -> Any:
-        if self.backend in ("torch", "triton"):
-            # SGLang's "triton" runner is its own fused kernel; here the plain torch path stands for it.
+        if self.backend == "torch":
             return self.reference(x)
-        from flashinfer.fused_moe import cutlass_fused_moe, trtllm_fp4_block_scale_routed_moe  # noqa: F401
-
         weights, ids = self.route(x)
+        if self.backend == "triton":
+            from worker.repro.triton_moe import triton_moe
+
+            return triton_moe(x, weights, ids, self.w13, self.w2)
         if self.backend == "flashinfer_cutlass":
+            from flashinfer.fused_moe import cutlass_fused_moe
+
+            # FlashInfer's CUTLASS MoE takes fc1 rows as [up; gate]; this layer stores [gate; up].
+            gate, up = self.w13.chunk(2, dim=1)
             out = self.torch.empty_like(x)
-            cutlass_fused_moe(x, ids, weights.float(), self.w13, self.w2, x.dtype, output=out)
+            cutlass_fused_moe(
+                input=x,
+                token_selected_experts=ids,
+                token_final_scales=weights.float(),
+                fc1_expert_weights=self.torch.cat([up, gate], dim=1).contiguous(),
+                fc2_expert_weights=self.w2,
+                output_dtype=x.dtype,
+                quant_scales=None,
+                output=out,
+            )
             return out
         return self._trtllm(x, weights, ids)
 
