@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,10 @@ def _parse() -> argparse.Namespace:
     )
     parser.add_argument("--model-roots", help="DISPATCHLAB_WORKER_MODEL_ROOTS for the GPU worker")
     parser.add_argument("--probes", default="", help="probe names or component:NAME for the probe run")
+    parser.add_argument(
+        "--confirm-probes",
+        help="probes run after the confirm (default: the failing component's, as the page does)",
+    )
     parser.add_argument("--crash-timeout", type=float, default=600)
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each confirm")
     parser.add_argument("--json", type=Path, help="write every result here too")
@@ -141,11 +144,19 @@ def main() -> int:
         )
         print(f"\n1. the failing launch: {crash}", flush=True)
         started = time.monotonic()
-        argv = shlex.split(crash)
-        if argv[0] == "python":
-            argv[0] = sys.executable
+        from dispatchlab.core.launch import launch_from_command
+        from worker.config import load_config
+
+        # The failing launch runs through the same launcher mapping the GPU worker uses.
+        launch = launch_from_command(crash)
+        argv = [*load_config().launchers[launch.launcher], *launch.args()]
         done = subprocess.run(
-            argv, cwd=ROOT, capture_output=True, timeout=args.crash_timeout, env=env, check=False
+            argv,
+            cwd=ROOT,
+            capture_output=True,
+            timeout=args.crash_timeout,
+            env={**env, **launch.env},
+            check=False,
         )
         log = done.stdout + done.stderr
         print(
@@ -183,7 +194,8 @@ def main() -> int:
             "fix": plan.fix_args,
         }
 
-        confirm = confirm_create(report=report, user=None)
+        confirm_probes = [p for p in args.confirm_probes.split(",") if p] if args.confirm_probes else None
+        confirm = confirm_create(report=report, user=None, probes=confirm_probes)
         print(f"3. confirm {confirm.id} queued on {confirm.queue} ({confirm.status})", flush=True)
         started = time.monotonic()
         confirm = _wait(

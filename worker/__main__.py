@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--jit-timeout",
         type=float,
-        default=DEFAULT_JIT_TIMEOUT_S,
+        default=float(os.environ.get("DISPATCHLAB_PROBE_JIT_TIMEOUT") or DEFAULT_JIT_TIMEOUT_S),
         metavar="S",
         help=f"longest a slow FlashInfer JIT build may take before the probe gives up (default {DEFAULT_JIT_TIMEOUT_S:g})",
     )
