@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -149,6 +150,25 @@ def report_context(request: HttpRequest, report: Report) -> dict[str, Any]:
         if confirmations
         else set()
     )
+    # The kernel probes of the newest finished confirm of this crash (or of the run this report is):
+    # bars per backend against the chip's peak, right on the report.
+    probed = (
+        ConfirmRun.objects.filter(project=report.project, finished_at__isnull=False)
+        .filter(Q(report=report) | Q(result_report=report))
+        .order_by("-finished_at")
+        .only("id", "result", "arch")
+        .first()
+    )
+    probe_results = (
+        [p for p in ((probed.result or {}).get("probes") or []) if isinstance(p, dict)] if probed else []
+    )
+    if probe_results:
+        assert probed is not None
+        context.update(
+            gpu_probe_confirm=probed,
+            gpu_probes=[_probe_row(p) for p in probe_results],
+            gpu_probe_fig=gpu_figures.probe_figure(probe_results, gpu_name=probed.gpu_label or None),
+        )
     context.update(
         gpu_panel=True,
         gpu_host_status=host_status_for_arch(report.arch or None),

@@ -14,13 +14,17 @@ from typing import Any
 
 import pytest
 
+from tests.needs import require_torch
 from tests.pipeline.conftest import REDIS_URL, ROOT, Stack, _stop, _wait_until
 from worker.repro import REPRO_MODELS_DIR
 
 pytestmark = pytest.mark.pipeline
-pytest.importorskip(
-    "torch", reason="the repro server runs its MoE layer with torch (the test extra installs it)"
-)
+
+
+@pytest.fixture(autouse=True)
+def _torch() -> None:
+    require_torch()
+
 
 TOY = str(REPRO_MODELS_DIR / "toy-moe")
 CRASH_COMMAND = [

@@ -683,3 +683,23 @@ def test_the_throughput_chart_has_a_bar_at_1_and_at_n_concurrent_requests():
     assert bars["x"] == ["1 request", "4 concurrent"] and bars["y"] == [42.7, 112.5]
     assert fig["meta"]["concurrency"] == [1, 4]
     assert "8 requests, 1024 tokens" in bars["customdata"][1]
+
+
+def test_the_crash_and_its_confirm_output_both_chart_the_probes_of_the_newest_finished_run(
+    alice_client, crash, make_report
+):
+    new = make_report(crash.project)
+    run = _run(
+        crash, status=ConfirmRun.Status.FIXED, result=FINISHED, result_report=new, finished_at=timezone.now()
+    )
+    for report in (crash, new):
+        body = page(alice_client, reverse("front:report", args=[report.pk]))
+        assert f"Kernel probes of confirm run {run.pk}" in text_of(body)
+        figure = json.loads(re.search(r'id="report-probe-fig"[^>]*>(.*?)</script>', body, re.S).group(1))
+        assert figure["layout"]["shapes"][0]["y0"] == 100  # the chip's peak as a line
+
+
+def test_a_report_without_a_finished_confirm_draws_no_probe_chart(alice_client, crash):
+    _run(crash, status=ConfirmRun.Status.RUNNING, result=FINISHED)
+    body = page(alice_client, reverse("front:report", args=[crash.pk]))
+    assert "report-probe-fig" not in body

@@ -16,13 +16,17 @@ from dispatchlab.messaging.contract import (
     CONFIRM_OUTPUT_TASK,
     CONFIRM_STARTED_TASK,
 )
+from tests.needs import require_torch
 from worker.config import WorkerConfig
 from worker.repro import REPRO_MODELS_DIR
 from worker.runner import run_confirm
 
-pytest.importorskip(
-    "torch", reason="the repro server runs its MoE layer with torch (the test extra installs it)"
-)
+
+@pytest.fixture(autouse=True)
+def _torch() -> None:
+    require_torch()
+
+
 TOY = str(REPRO_MODELS_DIR / "toy-moe")
 
 
