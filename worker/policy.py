@@ -47,7 +47,8 @@ class ApprovedLaunch:
         return [*self.program, *self.launch.args()]
 
     def env(self, base: dict[str, str]) -> dict[str, str]:
-        return {**base, **self.launch.env, **FORCED_ENV}
+        # NCCL's own INFO lines name the transport chosen per GPU pair; the report shows them.
+        return {**base, "NCCL_DEBUG": "INFO", **self.launch.env, **FORCED_ENV}
 
 
 @functools.lru_cache(maxsize=16)
@@ -110,8 +111,29 @@ def _under(path: Path, root: Path) -> bool:
     return True
 
 
-def approve(spec: dict[str, Any], config: WorkerConfig) -> ApprovedLaunch:
-    """The launch as this host will run it, or Refused naming every rule it breaks."""
+def _int_option(launch: Launch, *flags: str) -> int:
+    for flag in flags:
+        option = launch.option(flag)
+        if option is not None and option.values and option.values[0].isdigit():
+            return int(option.values[0])
+    return 1
+
+
+def gpus_needed(launch: Launch) -> tuple[int, str]:
+    """How many GPUs the launch's parallelism asks for, and the flags that say so."""
+    tp = _int_option(launch, "--tp-size", "--tensor-parallel-size", "--tp")
+    pp = _int_option(launch, "--pp-size", "--pipeline-parallel-size", "--pp")
+    dp = _int_option(launch, "--dp-size", "--data-parallel-size", "--dp")
+    # SGLang's DP attention splits the TP group's GPUs; plain DP replicates the group.
+    if launch.option("--enable-dp-attention") is not None:
+        dp = 1
+    parts = [f"{name} {value}" for name, value in (("TP", tp), ("PP", pp), ("DP", dp)) if value > 1]
+    return tp * pp * dp, " x ".join(parts)
+
+
+def approve(spec: dict[str, Any], config: WorkerConfig, *, gpu_count: int | None = None) -> ApprovedLaunch:
+    """The launch as this host will run it, or Refused naming every rule it breaks. `gpu_count` is
+    how many GPUs this host has (None: not checked)."""
     try:
         launch = launch_from_spec(spec)
     except LaunchError as error:
@@ -148,6 +170,12 @@ def approve(spec: dict[str, Any], config: WorkerConfig) -> ApprovedLaunch:
             problems.append(f"{name} is set by the worker itself and cannot be changed")
         elif not config.env_allowed(name):
             problems.append(f"environment variable {name} is not in this host's allowlist")
+    needed, why = gpus_needed(launch)
+    if gpu_count is not None and needed > 1 and needed > gpu_count:
+        problems.append(
+            f"the launch needs {needed} GPUs ({why}) and {config.host} has {gpu_count}: "
+            f"it must run on a host with at least {needed}"
+        )
     if problems:
         raise Refused("; ".join(problems))
     return ApprovedLaunch(launch=launch, program=list(program), server_version=version)

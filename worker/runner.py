@@ -148,15 +148,33 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
+ALLREDUCE = "allreduce"  # the multi-process NCCL probe, run on its own (worker/allreduce.py)
+
+
+def _probe_command(argv: list[str], env: dict[str, str], timeout: int) -> list[dict[str, Any]]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        data = json.loads(done.stdout or "{}")
+    except subprocess.TimeoutExpired:
+        return [{"name": argv[5] if len(argv) > 5 else "probes", "runs": False, "status": "TIMEOUT",
+                 "error": f"probes ran over {timeout} s"}]  # fmt: skip
+    except json.JSONDecodeError:
+        return [{"name": "probes", "runs": False, "status": "RUNTIME_ERROR", "error": done.stderr[-500:]}]
+    probes = data.get("probes") if isinstance(data, dict) else None
+    return [p for p in probes or [] if isinstance(p, dict)]
+
+
 def run_probes_subprocess(
     names: list[str] | None, model_shapes: dict[str, Any], timeout: int
 ) -> list[dict[str, Any]]:
-    """`python -m worker probe --json` for the named probes (or `component:NAME`); None runs all."""
+    """`python -m worker probe --json` for the named probes (or `component:NAME`, or `allreduce`);
+    None runs every single-GPU probe."""
     if names is not None and not names:
         return []
     from worker.probes import probe_names, probes_for_component
 
-    argv = [sys.executable, "-m", "worker", "probe", "--json"]
+    base = [sys.executable, "-m", "worker", "probe", "--json"]
+    argv = list(base)
     known = set(probe_names())
     for name in names or []:
         if name.startswith("component:"):
@@ -164,22 +182,15 @@ def run_probes_subprocess(
                 argv += [p for p in probes_for_component(name.split(":", 1)[1]) if p not in argv]
         elif name in known and name not in argv:
             argv.append(name)
-    if names and len(argv) == 5:
-        return []  # none of the asked-for probes exists on this worker
     env = dict(os.environ)
     if model_shapes:
         env["DISPATCHLAB_PROBE_MODEL_SHAPES"] = json.dumps(model_shapes)
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
-        data = json.loads(done.stdout or "{}")
-    except subprocess.TimeoutExpired:
-        return [
-            {"name": "probes", "runs": False, "status": "TIMEOUT", "error": f"probes ran over {timeout} s"}
-        ]
-    except json.JSONDecodeError:
-        return [{"name": "probes", "runs": False, "status": "RUNTIME_ERROR", "error": done.stderr[-500:]}]
-    probes = data.get("probes") if isinstance(data, dict) else None
-    return [p for p in probes or [] if isinstance(p, dict)]
+    results: list[dict[str, Any]] = []
+    if names is None or len(argv) > len(base):
+        results += _probe_command(argv, env, timeout)
+    if names and ALLREDUCE in names:
+        results += _probe_command([*base, ALLREDUCE], env, timeout)
+    return results
 
 
 def run_confirm(
@@ -189,7 +200,7 @@ def run_confirm(
     confirm_id = int(job["confirm_id"])
     outcome: ConfirmOutcome = {"confirm_id": confirm_id, "host": config.host, "inventory": inventory}
     try:
-        approved = approve(dict(job["launch"]), config)
+        approved = approve(dict(job["launch"]), config, gpu_count=len(inventory.get("gpus") or []))
     except Refused as refusal:
         outcome.update(
             {"status": "refused", "error": str(refusal), "ready": False, "argv": [], "duration_s": 0.0}

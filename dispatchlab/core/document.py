@@ -86,6 +86,8 @@ class ParsedLog:
     warnings_count: int = 0
     time_year_known: bool = True  # False: timestamps had no year and use 1900 as a placeholder
     truncated_events: int = 0
+    # NCCL_DEBUG=INFO: the transport chosen per rank pair ({"a", "b", "transport", "via", "line"}), deduplicated
+    nccl_transports: list[dict[str, Any]] = field(default_factory=list)
     # matches of extra patterns (the knowledge base's) by pattern index: not part of the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
 

@@ -38,6 +38,7 @@ MAX_FRAMES = 80
 MAX_HITS_PER_PATTERN = 25
 METRIC_POINTS_TARGET = 1500
 MAX_MSG = 2000
+MAX_NCCL_TRANSPORTS = 256
 
 # Contract keys of `backends`, with the SGLang ServerArgs fields they come from.
 SGLANG_BACKEND_FIELDS = {
@@ -377,10 +378,24 @@ class _Run:
         self._failures(line, m)
         if "kernel_name" in m or "tb_frame" in m:
             self._kernels(line, m)
+        if "nccl_channel" in m:
+            self._nccl_channel(line, m["nccl_channel"])
+        if "nccl_version" in m:
+            self._version("nccl", m["nccl_version"].group("version"))
         if "warning_line" in m and not any(
             k in m for k in ("tb_term", "error_level", "cuda_error", "nccl_error", "oom")
         ):
             self._warning(line)
+
+    def _nccl_channel(self, line: Line, g: re.Match[str]) -> None:
+        transports = self.doc.nccl_transports
+        if len(transports) >= MAX_NCCL_TRANSPORTS:
+            return
+        a, b, via = int(g.group("a")), int(g.group("b")), g.group("via")
+        # Every channel of every collective repeats the same pair: keep one line per pair and path.
+        if any(t["a"] == a and t["b"] == b and t["via"] == via for t in transports):
+            return
+        transports.append({"a": a, "b": b, "transport": via.split("/")[0], "via": via, "line": line.number})
 
     def _version(self, key: str, value: str | None) -> None:
         if value and value.lower() not in ("module not found", "n/a", "could not collect", "none"):

@@ -101,6 +101,12 @@ RULES: dict[str, str] = {
     "vllm_init_engine": r"^init engine \(profile, create kv cache, warmup model\) took (?P<sec>[\d.]+)",
     "vllm_ready": r"Starting vLLM (?:API )?server on|^Application startup complete\.|Available routes are:",
     "vllm_platform": r"Automatically detected platform (?P<platform>\w+)\.",
+    # ---- NCCL_DEBUG=INFO: the transport NCCL chose between two ranks ----
+    "nccl_channel": (
+        r"^NCCL INFO Channel \d+(?:/\d+)? ?: (?P<a>\d+)\[\d+\] -> (?P<b>\d+)\[\d+\] "
+        r"(?:\[(?P<dir>send|receive)\] )?via (?P<via>[\w/.-]+)"
+    ),
+    "nccl_version": r"^NCCL INFO (?:cudaDriverVersion \d+ )?NCCL version (?P<version>\d+\.\d+\.\d+)",
     # ---- failures ----
     "exc_head": r"^(?P<comp>Scheduler|DetokenizerManager|TokenizerManager|DataParallelController|TpModelWorker|\w+) hit an exception: (?P<first>.*)$",
     "tb_start": r"Traceback \(most recent call last\):",

@@ -431,3 +431,24 @@ def test_an_exception_group_traceback_is_recorded():
         "    +------------------------------------\n"
     )
     assert doc["crash"]["exception"] == "vllm.engine.multiprocessing.MQEngineDeadError"
+
+
+def test_nccl_debug_lines_name_the_transport_of_each_rank_pair_once():
+    doc = parse_text(
+        "h200-a:1234:1300 [0] NCCL INFO NCCL version 2.27.7+cuda13.0\n"
+        + "".join(
+            f"h200-a:1234:1300 [0] NCCL INFO Channel {c:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+            for c in range(16)
+        )
+        + "h200-a:1235:1301 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+        "node2:77:80 [3] NCCL INFO Channel 02/1 : 3[3] -> 4[0] [send] via NET/IB/0/GDRDMA\n"
+        "node2:77:80 [3] NCCL INFO Channel 00/0 : 2[2] -> 3[3] via SHM/direct/direct\n"
+    )
+    assert [(t["a"], t["b"], t["transport"]) for t in doc["nccl_transports"]] == [
+        (0, 1, "P2P"),
+        (1, 0, "P2P"),
+        (3, 4, "NET"),
+        (2, 3, "SHM"),
+    ]
+    assert doc["nccl_transports"][2]["via"] == "NET/IB/0/GDRDMA"
+    assert doc["versions"]["nccl"] == "2.27.7"

@@ -101,3 +101,26 @@ def test_sglang_flags_are_checked_against_the_installed_release_catalog(config, 
         "--port",
         "1234",
     ]
+
+
+def test_a_tensor_parallel_launch_is_refused_on_a_host_with_fewer_gpus(config, tmp_path):
+    launch = spec("sglang", "--model-path", str(tmp_path), "--tp", "4")
+    with pytest.raises(
+        Refused, match=r"needs 4 GPUs \(TP 4\) and h200-test has 1: it must run on a host with at least 4"
+    ):
+        approve(launch, config, gpu_count=1)
+    assert approve(launch, config, gpu_count=8).argv()[-2:] == ["--tp", "4"]
+
+
+def test_dp_attention_shares_the_tp_groups_gpus_but_plain_dp_replicates_them(config, tmp_path):
+    base = ["--model-path", str(tmp_path), "--tp-size", "2", "--dp-size", "2"]
+    with pytest.raises(Refused, match=r"needs 4 GPUs \(TP 2 x DP 2\)"):
+        approve(spec("sglang", *base), config, gpu_count=2)
+    approve(spec("sglang", *base, "--enable-dp-attention"), config, gpu_count=2)
+
+
+def test_nccl_reports_its_transports_unless_the_launch_says_otherwise(config):
+    approved = approve(spec("repro:moe-serve", "--model-path", TOY), config)
+    assert approved.env({})["NCCL_DEBUG"] == "INFO"
+    quiet = approve(spec("repro:moe-serve", "--model-path", TOY, NCCL_DEBUG="WARN"), config)
+    assert quiet.env({})["NCCL_DEBUG"] == "WARN"
