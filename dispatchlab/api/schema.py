@@ -9,6 +9,85 @@ from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
 STATUS = {"type": "string", "enum": ["queued", "parsing", "done", "failed"]}
 FAILURE_CLASSES = list(TAXONOMY)
 
+CONFIRM_STATUS = {
+    "type": "string",
+    "enum": [
+        "waiting_for_host",
+        "queued",
+        "running",
+        "parsing",
+        "fixed",
+        "still_fails",
+        "garbage",
+        "refused",
+    ],
+}
+HOST = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "alive": {"type": "boolean"},
+        "busy": {"type": "boolean"},
+        "last_seen": {"type": "string", "format": "date-time"},
+        "arches": {"type": "array", "items": {"type": "string"}},
+        "queues": {"type": "array", "items": {"type": "string"}},
+        "gpus": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "arch": {"type": ["string", "null"]},
+                    "memory_mib": {"type": "integer"},
+                },
+            },
+        },
+        "links": {"type": "array", "items": {"type": "object"}},
+        "versions": {"type": "object"},
+        "launchers": {"type": "array", "items": {"type": "string"}},
+        "model_roots": {"type": "array", "items": {"type": "string"}},
+    },
+}
+LAUNCH = {
+    "type": "object",
+    "properties": {
+        "launcher": {"type": "string"},
+        "args": {"type": "array", "items": {"type": "string"}},
+        "env": {"type": "object"},
+    },
+}
+CONFIRM_CREATED = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "status": CONFIRM_STATUS,
+        "arch": {"type": ["string", "null"]},
+        "queue": {"type": "string"},
+        "url": {"type": "string"},
+        "launch": LAUNCH,
+    },
+}
+CONFIRM = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "status": CONFIRM_STATUS,
+        "error": {"type": ["string", "null"]},
+        "report": {"type": "integer"},
+        "arch": {"type": ["string", "null"]},
+        "queue": {"type": "string"},
+        "signature": {"type": ["string", "null"]},
+        "launch": LAUNCH,
+        "argv": {"type": "array", "items": {"type": "string"}},
+        "host": {"type": ["string", "null"]},
+        "new_report": {"type": ["integer", "null"]},
+        "ready": {"type": ["boolean", "null"]},
+        "smoke": {"type": ["object", "null"]},
+        "throughput": {"type": "array", "items": {"type": "object"}},
+        "probes": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -273,6 +352,73 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
                             "Stored; with ?wait, the report as GET answers it once parsed (or when the wait ends).",
                         ),
                         **ERRORS,
+                    },
+                }
+            },
+            "/api/v1/hosts": {
+                "get": {
+                    "operationId": "hosts_list",
+                    "summary": "GPU hosts from their heartbeats: alive or not, GPUs, versions, queues",
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "properties": {"results": {"type": "array", "items": HOST}}},
+                            "The hosts.",
+                        ),
+                        "401": ERRORS["401"],
+                    },
+                }
+            },
+            "/api/v1/reports/{id}/confirm": {
+                "post": {
+                    "operationId": "reports_confirm",
+                    "summary": "Queue a confirm run of the report's launch with its diagnosis's fix applied",
+                    "description": (
+                        "The job waits in gpu.<arch of the report> until a GPU worker of that arch takes it. "
+                        "`command` replaces the launch (a command line; no shell syntax); `args` / `env` replace "
+                        "the fix's patch (a flag set to false is removed); `probes` names kernel probes or "
+                        "component:<name> to run afterwards."
+                    ),
+                    "parameters": [
+                        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+                    ],
+                    "requestBody": {
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "command": {"type": "string"},
+                                        "args": {"type": "object"},
+                                        "env": {"type": "object"},
+                                        "probes": {"type": "array", "items": {"type": "string"}},
+                                    },
+                                }
+                            }
+                        }
+                    },
+                    "responses": {
+                        "201": _json(
+                            CONFIRM_CREATED,
+                            "Queued (status waiting_for_host while no live host of its arch exists).",
+                        ),
+                        "400": ERRORS["400"],
+                        "401": ERRORS["401"],
+                        "403": ERRORS["403"],
+                        "404": _json(_ref("Error"), "No such report, or not in the caller's projects."),
+                    },
+                }
+            },
+            "/api/v1/confirms/{id}": {
+                "get": {
+                    "operationId": "confirms_read",
+                    "summary": "A confirm run: status, the launch as an argument list, the new report, smoke, throughput, probes",
+                    "parameters": [
+                        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+                    ],
+                    "responses": {
+                        "200": _json(CONFIRM, "The confirm run."),
+                        "401": ERRORS["401"],
+                        "404": _json(_ref("Error"), "No such confirm run, or not in the caller's projects."),
                     },
                 }
             },

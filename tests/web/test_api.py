@@ -330,6 +330,7 @@ def test_the_schema_describes_the_contract(client, charlie_client):
     schema = client.get("/api/schema/").json()
     assert schema["openapi"].startswith("3.")
     assert {"/api/v1/reports", "/api/v1/reports/{id}", "/api/v1/hooks/ci"} <= set(schema["paths"])
+    assert {"/api/v1/hosts", "/api/v1/reports/{id}/confirm", "/api/v1/confirms/{id}"} <= set(schema["paths"])
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     # public: it holds no data, so an outsider gets the same document
     assert charlie_client.get("/api/schema/").json() == schema
