@@ -43,6 +43,13 @@ def _parse() -> argparse.Namespace:
         "--confirm-probes",
         help="probes run after the confirm (default: the failing component's, as the page does)",
     )
+    parser.add_argument(
+        "--also-confirm",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help='another confirm of the same report with this args patch, e.g. \'{"--tp-size": "4"}\'',
+    )
     parser.add_argument("--crash-timeout", type=float, default=600)
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each confirm")
     parser.add_argument("--json", type=Path, help="write every result here too")
@@ -232,6 +239,25 @@ def main() -> int:
             "argv": confirm.argv,
             **result,
         }
+
+        for patch in args.also_confirm:
+            extra = confirm_create(
+                report=report, user=None, args_patch={**plan.fix_args, **json.loads(patch)}, probes=[]
+            )
+            extra = _wait(
+                lambda extra=extra: ConfirmRun.objects.filter(id=extra.id, status__in=FINISHED).first(),
+                args.timeout,
+                "the extra confirm run",
+            )
+            print(f"   confirm {extra.id} with {patch}: {extra.status}: {extra.error}", flush=True)
+            results.setdefault("also", []).append(
+                {"patch": patch, "status": extra.status, "error": extra.error}
+            )
+        if new is not None and new.document:
+            for transport in new.document.get("nccl_transports") or []:
+                print(
+                    f"   NCCL in the new report: {transport['a']} -> {transport['b']} via {transport['via']}"
+                )
 
         run = probe_request(
             project=boot.project, host=host, probes=[p for p in args.probes.split(",") if p] or None

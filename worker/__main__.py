@@ -3,6 +3,8 @@
     python -m worker                          the inventory, for people
     python -m worker inventory [--json]       GPUs, links, driver, package versions, queues
     python -m worker probe [NAME...] [--json] [--component C] [--model-shapes JSON] [--jit-timeout S]
+    python -m worker probe allreduce [--json] the NCCL all-reduce over every GPU (only when named, or
+                                              with --component comm)
     python -m worker probe --list             the probes there are
     python -m worker serve                    take confirm and probe jobs from the broker (DISPATCHLAB_BROKER_URL)
 
@@ -21,12 +23,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from worker import allreduce
 from worker.inventory import summary_lines, take_inventory
 from worker.probes import (
     DEFAULT_JIT_TIMEOUT_S,
     Component,
+    ProbeResult,
     model_shapes_from_env,
     probe_catalog,
+    probe_names,
     run_probes,
     table_lines,
 )
@@ -38,10 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     inventory = commands.add_parser("inventory", help="what this host has: GPUs, links, versions")
     inventory.add_argument("--json", action="store_true", help="one JSON object")
     probe = commands.add_parser("probe", help="run kernel probes on this host's GPU")
-    probe.add_argument("names", nargs="*", metavar="NAME", help="probes to run (default: all)")
+    probe.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"probes to run (default: every single-GPU probe; {allreduce.NAME} only when named)",
+    )
     probe.add_argument("--json", action="store_true", help="one JSON object: {host, probes}")
     probe.add_argument(
-        "--component", choices=[c.value for c in Component], help="only this component's probes"
+        "--component",
+        choices=[*(c.value for c in Component), allreduce.COMPONENT],
+        help=f"only this component's probes ({allreduce.COMPONENT}: the all-reduce)",
     )
     probe.add_argument(
         "--model-shapes",
@@ -83,25 +95,52 @@ def _inventory(*, json_output: bool) -> int:
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    # Before anything could start NCCL or torch's symmetric memory: multicast stays off on shared GPUs.
+    allreduce.disable_multicast(os.environ)
     if args.list:
-        for entry in probe_catalog():
+        entries = [
+            *probe_catalog(),
+            {
+                "name": allreduce.NAME,
+                "component": allreduce.COMPONENT,
+                "backend": allreduce.BACKEND,
+                "description": allreduce.DESCRIPTION,
+            },
+        ]
+        for entry in entries:
             print(
                 f"{entry['name']:<28} {entry['component']:<10} {entry['backend']:<30} {entry['description']}"
             )
         return 0
+    names: list[str] = list(dict.fromkeys(args.names))
+    known = probe_names()
+    unknown = [n for n in names if n not in known and n != allreduce.NAME]
+    if unknown:
+        parser.error(f"unknown probe {', '.join(unknown)}: one of {', '.join([*known, allreduce.NAME])}")
     try:
         shapes = _model_shapes(args.model_shapes)
     except (OSError, ValueError) as error:
         parser.error(f"--model-shapes: {error}")
+    comm = args.component == allreduce.COMPONENT
+    single = [n for n in names if n != allreduce.NAME]
+    # No names: every single-GPU probe (of the component); the all-reduce only when named or its component.
+    run_single = not comm and (bool(single) or not names)
+    run_allreduce = (allreduce.NAME in names and args.component in (None, allreduce.COMPONENT)) or (
+        comm and not names
+    )
     inventory = take_inventory()
+    results: list[ProbeResult] = []
     try:
         with _stdout_to_stderr() if args.json else contextlib.nullcontext():
-            results = run_probes(
-                args.names or None,
-                model_shapes=shapes,
-                component=args.component,
-                jit_timeout_s=args.jit_timeout,
-            )
+            if run_single:
+                results += run_probes(
+                    single or None,
+                    model_shapes=shapes,
+                    component=args.component,
+                    jit_timeout_s=args.jit_timeout,
+                )
+            if run_allreduce:
+                results.append(allreduce.run_allreduce(model_shapes=shapes, inventory=inventory))
     except ValueError as error:  # an unknown probe or shape, found before anything ran
         parser.error(str(error))
     if args.json:
@@ -110,6 +149,10 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     gpus = ", ".join(f"{g.name} ({g.arch})" for g in inventory.gpus) or f"no GPU ({inventory.reason})"
     print(f"host {inventory.hostname}: {gpus}")
     print("\n".join(table_lines(results)))
+    for result in results:
+        if result.name == allreduce.NAME and (lines := allreduce.size_table_lines(result)):
+            print()
+            print("\n".join(lines))
     return 0
 
 

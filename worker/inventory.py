@@ -3,6 +3,11 @@
 `take_inventory()` reads NVML through pynvml (package nvidia-ml-py, imported when called) and never
 raises: without pynvml or a driver the lists are empty and `reason` says why. Versions come from package
 metadata, so nothing heavy (torch) is imported to learn them.
+
+`links` holds one entry per GPU pair (none with fewer than two GPUs): NV<n> where n NVLink links join them
+(directly or through NVSwitch), else the PCIe path as `nvidia-smi topo -m` names it, with `gbps`, the
+datasheet bandwidth in GB/s per direction (NVLink4 on H100/H200: 18 links x 25 = 450 GB/s; PCIe 5.0 x16:
+63 GB/s) and its source.
 """
 
 from __future__ import annotations
@@ -35,23 +40,40 @@ PACKAGES = {
     "nvidia-ml-py": "nvidia-ml-py",
 }
 
-# nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
+# nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them: INTERNAL (one
+# board), PIX (one PCIe switch), PXB (several switches, no host bridge), PHB (a host bridge), NODE (host
+# bridges of one NUMA node), SYS (across NUMA nodes, over the CPU interconnect).
 _TOPOLOGY_KIND = {0: "INTERNAL", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
-# Datasheet GB/s of one NVLink link, both directions together (H100: 18 links, 900 GB/s).
+# Link bandwidths are datasheet GB/s (1e9 bytes/s) PER DIRECTION, the figure nccl-tests' bus bandwidth is
+# measured against. NVIDIA's datasheets quote both directions together: H100/H200 SXM "NVLink 900 GB/s"
+# over 18 NVLink4 links (25 GB/s a link each way), B200 1.8 TB/s over 18 NVLink5 links (50), A100 600 GB/s
+# over 12 NVLink3 links (25), V100 300 GB/s over 6 NVLink2 links (25), P100 160 GB/s over 4 NVLink1 links
+# (20), A40 / RTX A6000 112.5 GB/s over a 4-link NVLink bridge (14.0625). `nvidia-smi nvlink -s` shows
+# 26.562 GB/s a link on the lent H200s: NVLink4's signalling rate, above the datasheet's 25.
+NVLINK_SOURCE = "NVIDIA datasheet, per direction: {links} NVLink{gen} links x {per_link:g} GB/s"
+PCIE_SOURCE = "PCIe {gen}.0 x{width} signalling after encoding, per direction (PCI-SIG)"
 _NVLINK_LINK_GBPS = {
-    "sm_70": 50.0,
-    "sm_80": 50.0,
-    "sm_86": 28.125,
-    "sm_90": 50.0,
-    "sm_100": 100.0,
-    "sm_103": 100.0,
+    "sm_60": 20.0,
+    "sm_70": 25.0,
+    "sm_80": 25.0,
+    "sm_86": 14.0625,
+    "sm_90": 25.0,
+    "sm_100": 50.0,
+    "sm_103": 50.0,
 }
+_NVLINK_GENERATION = {"sm_60": 1, "sm_70": 2, "sm_80": 3, "sm_86": 3, "sm_90": 4, "sm_100": 5, "sm_103": 5}
+# nvmlNvlinkVersion_t (NVML_NVLINK_VERSION_1_0 = 1 ... 5_0 = 7, 6_0 = 8) -> NVLink generation, for an
+# architecture the table above does not know.
+_NVML_NVLINK_VERSION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 
 # GB/s of one PCIe lane in one direction, by generation (after line encoding).
 _PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 _NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
+# nvmlGpuP2PCapsIndex_t: pynvml spells NVML_P2P_CAPS_INDEX_READ as a tuple, so the numbers are used.
+_P2P_READ, _P2P_NVLINK = 0, 2
+_P2P_STATUS_OK = 0
 
 
 @dataclass
@@ -78,10 +100,20 @@ class GpuInfo:
 
 @dataclass
 class Link:
+    """How two GPUs reach each other, as `nvidia-smi topo -m` shows it, with the datasheet bandwidth."""
+
     a: int
     b: int
-    kind: str  # "NV<n>" or the PCIe path as nvidia-smi topo names it: PIX, PXB, PHB, NODE, SYS
-    gbps: float | None  # datasheet GB/s of the path, both directions together
+    kind: str  # "NV<n>" (n NVLink links) or the PCIe path: PIX, PXB, PHB, NODE, SYS
+    gbps: float | None  # datasheet GB/s PER DIRECTION of the path (see `source`)
+    transport: str = "pcie"  # "nvlink" or "pcie"
+    nvlink_gen: int | None = None  # NVLink generation (4 on H100/H200)
+    lanes: int | None = None  # NVLink links, or PCIe lanes of the narrower end
+    pcie_gen: int | None = None  # PCIe generation of the slower end
+    switched: bool = False  # NVLink through NVSwitch rather than GPU to GPU
+    p2p: bool | None = None  # NVML: the pair can read each other's memory peer to peer
+    gbps_bidirectional: float | None = None  # both directions together, as datasheets quote it
+    source: str | None = None  # where `gbps` comes from
 
 
 @dataclass
@@ -206,13 +238,16 @@ def _links(nvml: Any, gpus: list[GpuInfo], handles: list[Any]) -> list[Link]:
     by_bus = {_bus_key(g.bus_id): g.index for g in gpus if g.bus_id}
     direct: dict[tuple[int, int], int] = {}
     switched: dict[int, int] = {}
+    # Older pynvml releases lack these: then NVML's P2P status below says whether NVLink joins a pair.
+    remote_type = getattr(nvml, "nvmlDeviceGetNvLinkRemoteDeviceType", None)
+    remote_pci = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", None)
     for gpu, handle in zip(gpus, handles, strict=True):
         for link in _active_nvlinks(nvml, handle):
-            kind = _call(nvml, nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+            kind = _call(nvml, remote_type, handle, link) if remote_type else None
             if kind == _NVLINK_SWITCH:
                 switched[gpu.index] = switched.get(gpu.index, 0) + 1
                 continue
-            remote = _call(nvml, nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+            remote = _call(nvml, remote_pci, handle, link) if remote_pci else None
             peer = by_bus.get(_bus_key(remote.busId)) if remote is not None else None
             if peer is not None and peer != gpu.index:
                 pair = (min(gpu.index, peer), max(gpu.index, peer))
@@ -222,23 +257,71 @@ def _links(nvml: Any, gpus: list[GpuInfo], handles: list[Any]) -> list[Link]:
         for j in range(i + 1, len(gpus)):
             second = gpus[j]
             pair = (first.index, second.index)
+            pair_handles = handles[i], handles[j]
+            p2p = _p2p(nvml, *pair_handles, _P2P_READ)
             # Each direct link is seen from both ends.
-            count = direct.get(pair, 0) // 2 or min(switched.get(pair[0], 0), switched.get(pair[1], 0))
+            count = direct.get(pair, 0) // 2
+            through_switch = not count and bool(switched.get(pair[0]) and switched.get(pair[1]))
+            if through_switch:
+                count = min(switched[pair[0]], switched[pair[1]])
+            elif not count and first.nvlinks and second.nvlinks and _p2p(nvml, *pair_handles, _P2P_NVLINK):
+                # A driver that names no remote device type: NVML still says whether NVLink joins them.
+                count = min(first.nvlinks, second.nvlinks)
             if count:
-                per_link = _NVLINK_LINK_GBPS.get(first.arch or "")
-                links.append(Link(*pair, f"NV{count}", per_link * count if per_link else None))
+                links.append(_nvlink(pair, first, count, switched=through_switch, p2p=p2p))
                 continue
-            level = _call(nvml, nvml.nvmlDeviceGetTopologyCommonAncestor, handles[i], handles[j])
-            links.append(Link(*pair, _TOPOLOGY_KIND.get(level, "SYS"), _pcie_gbps(first, second)))
+            level = _call(nvml, nvml.nvmlDeviceGetTopologyCommonAncestor, *pair_handles)
+            links.append(_pcie(pair, _TOPOLOGY_KIND.get(level, "SYS"), first, second, p2p=p2p))
     return links
 
 
-def _pcie_gbps(a: GpuInfo, b: GpuInfo) -> float | None:
+def _nvlink(pair: tuple[int, int], gpu: GpuInfo, count: int, *, switched: bool, p2p: bool | None) -> Link:
+    arch = gpu.arch or ""
+    gen = _NVLINK_GENERATION.get(arch) or _NVML_NVLINK_VERSION.get(gpu.nvlink_version or 0)
+    per_link = _NVLINK_LINK_GBPS.get(arch)
+    gbps = round(per_link * count, 2) if per_link else None
+    return Link(
+        *pair,
+        kind=f"NV{count}",
+        gbps=gbps,
+        transport="nvlink",
+        nvlink_gen=gen,
+        lanes=count,
+        switched=switched,
+        p2p=p2p,
+        gbps_bidirectional=round(2 * gbps, 2) if gbps else None,
+        source=NVLINK_SOURCE.format(links=count, gen=gen or "", per_link=per_link) if per_link else None,
+    )
+
+
+def _pcie(pair: tuple[int, int], kind: str, a: GpuInfo, b: GpuInfo, *, p2p: bool | None) -> Link:
+    """The PCIe path at the slower end's generation and width (the most each GPU's slot trains to)."""
     gens = [g for g in (a.pcie_max_gen, b.pcie_max_gen) if g]
     widths = [w for w in (a.pcie_max_width, b.pcie_max_width) if w]
-    if not gens or not widths or min(gens) not in _PCIE_LANE_GBPS:
+    gen, width = (min(gens) if gens else None), (min(widths) if widths else None)
+    gbps = None
+    if gen in _PCIE_LANE_GBPS and width:
+        gbps = round(_PCIE_LANE_GBPS[gen] * width, 1)
+    return Link(
+        *pair,
+        kind=kind,
+        gbps=gbps,
+        transport="pcie",
+        lanes=width,
+        pcie_gen=gen,
+        p2p=p2p,
+        gbps_bidirectional=round(2 * gbps, 1) if gbps else None,
+        source=PCIE_SOURCE.format(gen=gen, width=width) if gbps else None,
+    )
+
+
+def _p2p(nvml: Any, first: Any, second: Any, index: int) -> bool | None:
+    """NVML's verdict on peer-to-peer access of one kind between two GPUs; None where it cannot say."""
+    query = getattr(nvml, "nvmlDeviceGetP2PStatus", None)
+    if query is None:
         return None
-    return round(2 * _PCIE_LANE_GBPS[min(gens)] * min(widths), 1)
+    status = _call(nvml, query, first, second, index)
+    return None if status is None else status == _P2P_STATUS_OK
 
 
 def package_versions() -> dict[str, str | None]:
@@ -280,8 +363,9 @@ def summary_lines(inventory: Inventory) -> list[str]:
         nvlink = f", {g.nvlinks} NVLink links" if g.nvlinks else ""
         lines.append(f"GPU {g.index}: {g.name} ({g.arch or 'unknown arch'}, {memory}{clocks}{power}{nvlink})")
     for link in inventory.links:
-        speed = f" ~{link.gbps:g} GB/s" if link.gbps else ""
-        lines.append(f"GPU {link.a} <-> GPU {link.b}: {link.kind}{speed}")
+        speed = f" ~{link.gbps:g} GB/s per direction" if link.gbps else ""
+        p2p = {True: ", P2P", False: ", no P2P", None: ""}[link.p2p]
+        lines.append(f"GPU {link.a} <-> GPU {link.b}: {link.kind}{speed}{p2p}")
     if inventory.reason:
         lines.append(f"no GPU: {inventory.reason}")
     driver = inventory.driver or "none"

@@ -1,7 +1,8 @@
 """Datasheet peaks per GPU model, looked up by the name NVML (or torch) reports.
 
 Dense figures (sparse ones are twice these): TFLOP/s for `bf16`, `fp8` and `fp4` tensor-core math, GB/s
-for `memory` (HBM or GDDR) and `link` (the GPU-to-GPU link, bidirectional: NVLink, else PCIe). Values
+for `memory` (HBM or GDDR) and `link` (the GPU-to-GPU link, both directions together as datasheets quote it:
+NVLink, else PCIe; `link_gbps_per_direction` halves it for bus-bandwidth comparisons). Values
 come from NVIDIA's datasheets; where NVIDIA only publishes sparse figures (RTX PRO 6000 Blackwell) they
 are halved. A probe's `peak_fraction` is its measured rate over one of these: a lead, since a card's real
 ceiling sits below its datasheet (H200: bf16 GEMM about 790 of 989 TFLOP/s, copy about 4.3 of 4.8 TB/s).
@@ -22,7 +23,7 @@ class Peak:
     fp8: float | None
     fp4: float | None
     memory: float  # GB/s
-    link: float | None  # GB/s, bidirectional
+    link: float | None  # GB/s, both directions together
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -77,3 +78,10 @@ def peak_for(gpu_name: str | None, metric: str) -> float | None:
         return None
     value = getattr(peak, metric)
     return float(value) if value is not None else None
+
+
+def link_gbps_per_direction(gpu_name: str | None) -> float | None:
+    """The datasheet GPU-to-GPU link in GB/s one way (H200 SXM: 450), the figure an all-reduce's bus
+    bandwidth is compared with when the inventory knows no link between the GPUs."""
+    link = peak_for(gpu_name, "link")
+    return link / 2 if link else None

@@ -1,20 +1,23 @@
 """Plotly figures of the GPU pages, as plain dicts (see figures.py): kernel probes as % of the chip's
-datasheet peak, and a confirm run's serving throughput at 1 and N concurrent requests.
+datasheet peak, a confirm run's serving throughput at 1 and N concurrent requests, and the NCCL
+all-reduce's bus bandwidth per message size against the link's datasheet bandwidth.
 
 Every string from a worker (probe names, errors) goes through `plot_text`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dispatchlab.front.figures import plot_text
-from dispatchlab.gpu.selectors import probe_verdict
+from dispatchlab.gpu.selectors import is_allreduce, probe_verdict
 
 WORKS_COLOR = "#1f5fbf"
 FAILS_COLOR = "#c0392b"
 OTHER_COLOR = "#9aa3b2"
 PEAK_COLOR = "#1e7e4a"
+TP_COLOR = "#9a5b00"
 STATUS_WORDS = {
     "UNSUPPORTED_ARCH": "unsupported arch",
     "RUNTIME_ERROR": "runtime error",
@@ -72,8 +75,9 @@ def probe_figure(probes: list[dict[str, Any]], *, gpu_name: str | None = None) -
     """A bar per probe of its rate as % of the chip's datasheet peak, with a line at 100%.
 
     A probe that failed (or was refused on this arch) is a bar of height 0 labelled with its status,
-    its error on hover, so a missing kernel shows as plainly as a slow one. None without probes."""
-    probes = [p for p in probes if isinstance(p, dict)]
+    its error on hover, so a missing kernel shows as plainly as a slow one. None without probes.
+    The all-reduce is left out: its rate is a link's, not a share of the chip's peak (`allreduce_figure`)."""
+    probes = [p for p in probes if isinstance(p, dict) and not is_allreduce(p)]
     if not probes:
         return None
     labels: list[str] = []
@@ -230,3 +234,188 @@ def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any
         "config": {"displaylogo": False, "responsive": True},
         "meta": {"concurrency": [p["concurrency"] for p in points]},
     }
+
+
+# ---------------------------------------------------------------- the NCCL all-reduce
+
+SIZE_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def size_text(size: float) -> str:
+    """Bytes as people read a message size: 1048576 -> "1 MiB", 1.5 * 2**30 -> "1.5 GiB"."""
+    for unit, scale in SIZE_UNITS:
+        if size >= scale:
+            value = size / scale
+            return f"{value:.0f} {unit}" if value == int(value) or value >= 100 else f"{value:.1f} {unit}"
+    return f"{size:.0f} B"
+
+
+def allreduce_sizes(probe: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured sizes of an all-reduce result that have a size in bytes, smallest first."""
+    extra = probe.get("extra") if isinstance(probe.get("extra"), dict) else {}
+    sizes = [
+        s for s in extra.get("sizes") or [] if isinstance(s, dict) and (_number(s.get("bytes")) or 0) > 0
+    ]
+    return sorted(sizes, key=lambda s: float(s["bytes"]))
+
+
+def allreduce_link(probe: dict[str, Any]) -> dict[str, Any]:
+    extra = probe.get("extra") if isinstance(probe.get("extra"), dict) else {}
+    return extra["link"] if isinstance(extra.get("link"), dict) else {}
+
+
+def _size_ticks(low: float, high: float) -> list[float]:
+    """Powers of two across the measured range: every one over a short range, else every third
+    (1 MiB, 8 MiB, 64 MiB ...) and the largest."""
+    first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
+    step = 1 if last - first <= 6 else 3
+    exponents = list(range(first, last + 1, step))
+    if exponents[-1] != last:
+        exponents.append(last)
+    return [float(2**e) for e in exponents]
+
+
+def allreduce_figure(
+    probe: dict[str, Any], *, link: dict[str, Any] | None = None, height: int = 320
+) -> dict[str, Any] | None:
+    """Bus bandwidth (GB/s) per message size on a log axis, the link's datasheet bandwidth as a line
+    across, and the model's tensor-parallel all-reduce size as a line up when the probe knows it.
+
+    `link` is the host's link the probe ran over when the result does not say (`extra.link`). None when
+    no size has a bus bandwidth (skipped, failed)."""
+    points = [s for s in allreduce_sizes(probe) if _number(s.get("busbw_gbps")) is not None]
+    if not points:
+        return None
+    link = allreduce_link(probe) or link or {}
+    peak = _number(link.get("gbps"))
+    kind = plot_text(link.get("kind") or "link", limit=20)
+    extra = probe.get("extra") if isinstance(probe.get("extra"), dict) else {}
+    tp_bytes = _number(extra.get("model_tp_bytes"))
+    tp_bytes = tp_bytes if tp_bytes and tp_bytes > 0 else None
+
+    sizes = [float(p["bytes"]) for p in points]
+    busbw = [round(float(p["busbw_gbps"]), 2) for p in points]
+    hovers = []
+    for point, size in zip(points, sizes, strict=True):
+        parts = [f"<b>{size_text(size)}</b>", f"bus bandwidth {float(point['busbw_gbps']):.1f} GB/s"]
+        if _number(point.get("algbw_gbps")) is not None:
+            parts.append(f"algorithm bandwidth {float(point['algbw_gbps']):.1f} GB/s")
+        if _number(point.get("ms")) is not None:
+            parts.append(f"{float(point['ms']):.4g} ms")
+        fraction = size_fraction(point, peak)
+        if fraction is not None:
+            parts.append(f"{fraction * 100:.0f}% of the {kind} datasheet bandwidth")
+        hovers.append("<br>".join(parts))
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "bus bandwidth",
+            "x": sizes,
+            "y": busbw,
+            "customdata": hovers,
+            "hovertemplate": "%{customdata}<extra></extra>",
+            "line": {"color": WORKS_COLOR, "width": 2},
+            "marker": {"size": 7, "color": WORKS_COLOR},
+        }
+    ]
+    top = max([*busbw, peak or 0.0]) * 1.18 or 1.0
+    if tp_bytes is not None:
+        label = f"model's TP all-reduce, {size_text(tp_bytes)}"
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": label,
+                "x": [tp_bytes, tp_bytes],
+                "y": [0, top],
+                "hovertemplate": f"{label}<extra></extra>",
+                "line": {"color": TP_COLOR, "width": 1.5, "dash": "dot"},
+            }
+        )
+        # the worker measures that size too: its point stands out on the curve
+        measured = [i for i, size in enumerate(sizes) if size == tp_bytes]
+        if measured:
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "markers",
+                    "name": label,
+                    "showlegend": False,
+                    "x": [sizes[i] for i in measured],
+                    "y": [busbw[i] for i in measured],
+                    "customdata": [hovers[i] + f"<br>{label}" for i in measured],
+                    "hovertemplate": "%{customdata}<extra></extra>",
+                    "marker": {"size": 13, "symbol": "star", "color": TP_COLOR},
+                }
+            )
+    low, high = min([*sizes, tp_bytes or sizes[0]]), max([*sizes, tp_bytes or sizes[-1]])
+    ticks = _size_ticks(low, high)
+    shapes: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    if peak is not None:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "yref": "y",
+                "y0": peak,
+                "y1": peak,
+                "line": {"color": PEAK_COLOR, "width": 1.5, "dash": "dash"},
+            }
+        )
+        annotations.append(
+            {
+                "xref": "paper",
+                "x": 0,
+                "xanchor": "left",
+                "yref": "y",
+                "y": peak,
+                "yanchor": "bottom",
+                "text": f"{kind} datasheet {peak:.0f} GB/s per direction",
+                "showarrow": False,
+                "font": {"size": 11, "color": PEAK_COLOR},
+            }
+        )
+    return {
+        "data": traces,
+        "layout": {
+            "height": height,
+            "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
+            "hovermode": "closest",
+            "hoverlabel": {"align": "left"},
+            "xaxis": {
+                "type": "log",
+                "title": {"text": "message size"},
+                # a log axis' range is in powers of ten
+                "range": [math.log10(low) - 0.08, math.log10(high) + 0.08],
+                "tickvals": ticks,
+                "ticktext": [size_text(t) for t in ticks],
+            },
+            "yaxis": {"title": {"text": "bus bandwidth (GB/s)"}, "range": [0, top], "rangemode": "tozero"},
+            "shapes": shapes,
+            "annotations": annotations,
+            "showlegend": tp_bytes is not None,
+            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
+            "plot_bgcolor": "#fbfcfe",
+        },
+        "config": {"displaylogo": False, "responsive": True},
+        "meta": {"bytes": sizes, "busbw_gbps": busbw, "peak_gbps": peak, "model_tp_bytes": tp_bytes},
+    }
+
+
+def size_fraction(point: dict[str, Any], peak: float | None) -> float | None:
+    """A size's bus bandwidth as a share of the link's: the probe's own figure, else computed."""
+    fraction = _number(point.get("peak_fraction"))
+    if fraction is not None:
+        return fraction
+    busbw = _number(point.get("busbw_gbps"))
+    return busbw / peak if busbw is not None and peak else None

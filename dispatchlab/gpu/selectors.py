@@ -41,43 +41,79 @@ def probe_runs_visible_to(user: User) -> QuerySet[ProbeRun]:
 @dataclass
 class HostRow:
     host: GpuHost
-    probe: ProbeRun | None  # the latest finished probe run (or the one asked for by id)
-    pending: ProbeRun | None  # a probe run asked for after it, still waiting for the host
+    probe: ProbeRun | None  # the latest finished run of kernel probes (or the one asked for by id)
+    pending: ProbeRun | None  # a probe run asked for after the latest finished one, still waiting
+    # the latest finished run with an all-reduce result (or the one asked for)
+    allreduce: ProbeRun | None = None
 
 
 def hosts_with_probes(user: User, *, probe_id: int | None = None) -> list[HostRow]:
-    """Every host with its latest finished probe run and any newer one still queued: three queries.
+    """Every host with its latest finished probe runs (of kernel probes, of the all-reduce) and any newer
+    one still queued: two queries.
 
     `probe_id` shows that (visible) probe run instead of its host's latest one, so a link to old
     evidence opens it."""
     runs = probe_runs_visible_to(user)
-    latest_done = runs.filter(host=OuterRef("pk"), status=ProbeRun.Status.DONE).order_by(
-        "-finished_at", "-id"
-    )
+    done = runs.filter(host=OuterRef("pk"), status=ProbeRun.Status.DONE).order_by("-finished_at", "-id")
     latest_queued = runs.filter(host=OuterRef("pk"), status=ProbeRun.Status.QUEUED).order_by(
         "-created_at", "-id"
     )
     hosts = list(
         GpuHost.objects.annotate(
-            done_id=Subquery(latest_done.values("id")[:1]),
+            done_id=Subquery(done.values("id")[:1]),
+            # an all-reduce is asked for on its own: the run before it still holds the kernel probes
+            kernels_id=Subquery(done.exclude(results__icontains=ALLREDUCE_TEXT).values("id")[:1]),
+            allreduce_id=Subquery(done.filter(results__icontains=ALLREDUCE_TEXT).values("id")[:1]),
             queued_id=Subquery(latest_queued.values("id")[:1]),
         ).order_by("name")
     )
-    wanted = {h.done_id for h in hosts if h.done_id} | {h.queued_id for h in hosts if h.queued_id}  # type: ignore[attr-defined]
+    keys = ("done_id", "kernels_id", "allreduce_id", "queued_id")
+    wanted = {getattr(h, key) for h in hosts for key in keys} - {None}
     if probe_id is not None:
         wanted.add(probe_id)
     found = {run.id: run for run in runs.filter(id__in=wanted)} if wanted else {}
     chosen = found.get(probe_id) if probe_id is not None else None
     rows = []
     for host in hosts:
-        probe = found.get(host.done_id)  # type: ignore[attr-defined]
+        latest = found.get(host.done_id)  # type: ignore[attr-defined]
+        probe = latest
+        if latest is not None and _allreduce_only(latest):
+            probe = found.get(host.kernels_id)  # type: ignore[attr-defined]
+        allreduce = found.get(host.allreduce_id)  # type: ignore[attr-defined]
         if chosen is not None and chosen.host_id == host.id:
-            probe = chosen
+            if not _allreduce_only(chosen):
+                probe = chosen
+            if allreduce_result(chosen.results) is not None:
+                allreduce = chosen
+        if allreduce is not None and allreduce_result(allreduce.results) is None:
+            allreduce = None
         pending = found.get(host.queued_id)  # type: ignore[attr-defined]
-        if pending is not None and probe is not None and pending.created_at < probe.created_at:
+        if pending is not None and latest is not None and pending.created_at < latest.created_at:
             pending = None
-        rows.append(HostRow(host=host, probe=probe, pending=pending))
+        rows.append(HostRow(host=host, probe=probe, pending=pending, allreduce=allreduce))
     return rows
+
+
+def _allreduce_only(run: ProbeRun) -> bool:
+    return allreduce_result(run.results) is not None and not kernel_results(run.results)
+
+
+def newest_allreduce(user: User, *, arch: str) -> ProbeRun | None:
+    """The newest finished probe run the user may see, of a host of `arch`, whose all-reduce was tried:
+    one skipped (a host of one GPU) or lacking a package says nothing about any link."""
+    if not arch:
+        return None
+    runs = (
+        probe_runs_visible_to(user)
+        .filter(status=ProbeRun.Status.DONE, arch=arch, results__icontains=ALLREDUCE_TEXT)
+        .select_related("host")
+        .order_by("-finished_at", "-id")
+    )
+    for run in runs[:20]:
+        result = allreduce_result(run.results)
+        if result is not None and str(result.get("status") or "").upper() not in NOT_TRIED:
+            return run
+    return None
 
 
 def confirm_output_tail(
@@ -109,6 +145,31 @@ def confirm_output_tail(
 
 # ---------------------------------------------------------------- probe results
 
+# The multi-GPU NCCL probe: a measurement of a host's links, not of a kernel on an arch.
+ALLREDUCE = "allreduce"
+# How every stored all-reduce result reads in the JSON text of `ProbeRun.results` (SQLite keeps
+# json.dumps' text, PostgreSQL renders jsonb the same way): a filter a database can apply, which
+# `allreduce_result` then confirms.
+ALLREDUCE_TEXT = '"name": "allreduce"'
+
+
+def is_allreduce(probe: Any) -> bool:
+    return isinstance(probe, dict) and probe.get("name") == ALLREDUCE
+
+
+def allreduce_result(results: Any) -> dict[str, Any] | None:
+    """The (last) all-reduce result among a run's probe results, or None."""
+    found = [p for p in results if is_allreduce(p)] if isinstance(results, list) else []
+    return found[-1] if found else None
+
+
+def kernel_results(results: Any) -> list[dict[str, Any]]:
+    """A run's single-GPU kernel probes: everything but the all-reduce."""
+    if not isinstance(results, list):
+        return []
+    return [p for p in results if isinstance(p, dict) and not is_allreduce(p)]
+
+
 PROBE_FAILS = frozenset(
     {
         "UNSUPPORTED_ARCH",
@@ -120,6 +181,7 @@ PROBE_FAILS = frozenset(
     }
 )
 PROBE_WORKS = frozenset({"PASSED", "OK", "CORRECT"})
+NOT_TRIED = frozenset({"SKIPPED", "NOT_INSTALLED"})
 
 
 def probe_verdict(probe: dict[str, Any]) -> str:
@@ -434,8 +496,8 @@ def _probe_claims(user: User) -> list[_Claim]:
                 + f"?probe={run['id']}"
                 + (f"#host-{run['host_id']}" if run["host_id"] else "")
             )
-        for probe in run["results"] or []:
-            if not isinstance(probe, dict) or not probe.get("backend"):
+        for probe in kernel_results(run["results"]):
+            if not probe.get("backend"):
                 continue
             verdict = probe_verdict(probe)
             arch = arch_name(str(probe.get("arch") or "")) or run["arch"]

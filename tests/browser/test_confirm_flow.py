@@ -115,6 +115,23 @@ PROBES = [
 ]
 
 
+# the NCCL probe of a 2-GPU host: bus bandwidth at 1, 2, 4 and 8 MiB over NV18
+ALLREDUCE = {"name": "allreduce", "backend": "nccl", "component": "comm", "status": "PASSED"} | {
+    "runs": True,
+    "gbps": 290.0,
+    "shape": {"world_size": 2, "dtype": "bf16"},
+    "extra": {
+        "sizes": [
+            {"bytes": (1 << 20) << n, "ms": 0.02 * (n + 1), "algbw_gbps": busbw, "busbw_gbps": busbw}
+            for n, busbw in enumerate((61.0, 150.0, 212.0, 290.0))
+        ],
+        "model_tp_bytes": 8 << 20,
+        "link": {"a": 0, "b": 1, "kind": "NV18", "gbps": 450.0},
+        "transports": [{"a": 0, "b": 1, "via": "P2P/CUMEM/read"}],
+    },
+}
+
+
 def test_a_finished_confirm_draws_throughput_and_probes_against_the_peak(page, lab, alice, artifacts: Path):
     report = _crash_report(lab, alice)
     run = ConfirmRun.objects.create(
@@ -163,8 +180,13 @@ def test_a_finished_confirm_draws_throughput_and_probes_against_the_peak(page, l
     run.probe_runs.create(
         project=lab, host=host, host_name="rtx-box", status="done", arch="sm_120", results=PROBES
     )
+    run.probe_runs.create(
+        project=lab, host=host, status="done", finished_at=timezone.now(), arch="sm_120", results=[ALLREDUCE]
+    )
     page.goto("/hosts/")
     page.wait_for_selector(f"#probe-fig-{host.pk}-chart[data-drawn='1']")
+    page.wait_for_selector(f"#allreduce-fig-{host.pk}-chart[data-drawn='1']")
+    assert page.locator(f"#allreduce-fig-{host.pk}-chart .scatterlayer .point").count() >= 4
     page.screenshot(path=str(artifacts / "hosts.png"), full_page=True)
     page.goto("/compat/")
     assert page.locator("td.compat-fails[data-arch='sm_120']").count() >= 1

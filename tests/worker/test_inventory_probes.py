@@ -112,7 +112,7 @@ class FakeNVML:
         return 1 if link < len(links) else 0
 
     def nvmlDeviceGetNvLinkVersion(self, h: int, link: int) -> int:
-        return 4
+        return self.gpus[h].get("nvlink_version", 4)
 
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, h: int, link: int) -> int:
         return 2 if self.gpus[h]["nvlinks"][link] == "switch" else 0
@@ -122,6 +122,20 @@ class FakeNVML:
 
     def nvmlDeviceGetTopologyCommonAncestor(self, a: int, b: int) -> int:
         return self.topology[(a, b)]
+
+
+class FakeNVMLWithP2P(FakeNVML):
+    """A driver that also answers nvmlDeviceGetP2PStatus (0 = OK): read access between every pair, NVLink
+    access between the pairs in `nvlink_pairs`."""
+
+    def __init__(self, *args: Any, nvlink_pairs: set[tuple[int, int]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.nvlink_pairs = nvlink_pairs
+
+    def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: int) -> int:
+        if index == 0:  # NVML_P2P_CAPS_INDEX_READ
+            return 0
+        return 0 if index == 2 and (a, b) in self.nvlink_pairs else 4  # 4: NVML_P2P_STATUS_NOT_SUPPORTED
 
 
 def hgx_with_an_l40s() -> FakeNVML:
@@ -189,11 +203,34 @@ def test_nvswitched_h100s_are_nv18_and_a_pcie_card_beside_them_is_sys(monkeypatc
     assert (first["nvlinks"], first["sm_clock_max_mhz"], first["pcie_max_gen"]) == (18, 1980, 5)
     assert first["power_limit_w"] is None  # not supported on this GPU: null, not a crash
     assert (l40s["arch"], l40s["nvlinks"]) == ("sm_89", 0)
-    assert data["links"] == [
-        {"a": 0, "b": 1, "kind": "NV18", "gbps": 900.0},
-        {"a": 0, "b": 2, "kind": "SYS", "gbps": 63.0},
-        {"a": 1, "b": 2, "kind": "SYS", "gbps": 63.0},
+    # gbps: datasheet GB/s per direction (H100 SXM: 900 GB/s both ways over 18 links; PCIe 4.0 x16 ~31.5).
+    assert [(link["a"], link["b"], link["kind"], link["gbps"]) for link in data["links"]] == [
+        (0, 1, "NV18", 450.0),
+        (0, 2, "SYS", 31.5),
+        (1, 2, "SYS", 31.5),
     ]
+    nvlink, pcie = data["links"][0], data["links"][1]
+    assert nvlink == {
+        "a": 0,
+        "b": 1,
+        "kind": "NV18",
+        "gbps": 450.0,
+        "transport": "nvlink",
+        "nvlink_gen": 4,
+        "lanes": 18,
+        "pcie_gen": None,
+        "switched": True,
+        "p2p": None,  # this fake driver does not answer nvmlDeviceGetP2PStatus
+        "gbps_bidirectional": 900.0,
+        "source": "NVIDIA datasheet, per direction: 18 NVLink4 links x 25 GB/s",
+    }
+    assert (pcie["transport"], pcie["pcie_gen"], pcie["lanes"], pcie["gbps_bidirectional"]) == (
+        "pcie",
+        4,
+        16,
+        63.0,
+    )
+    assert pcie["source"] == "PCIe 4.0 x16 signalling after encoding, per direction (PCI-SIG)"
     assert (data["driver"], data["cuda_version"], data["reason"]) == ("570.133.20", "12.8", None)
     assert data["queues"] == ["gpu", "gpu.sm_89", "gpu.sm_90"]
 
@@ -208,9 +245,78 @@ def test_gpus_linked_directly_count_each_link_once(monkeypatch):
         topology={(0, 1): 10},
     )
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    assert [link.__dict__ for link in take_inventory().links] == [
-        {"a": 0, "b": 1, "kind": "NV4", "gbps": 200.0}
+    (link,) = take_inventory().links
+    assert (link.a, link.b, link.kind, link.gbps, link.switched) == (0, 1, "NV4", 100.0, False)
+    assert (link.nvlink_gen, link.lanes, link.gbps_bidirectional) == (3, 4, 200.0)
+
+
+def two_h200s(**kwargs: Any) -> FakeNVML:
+    """The lent nvidia-h200-x2 machine as driver 580 describes it: two H200s of an NVSwitch board, each
+    with 18 active NVLink4 links (nvmlNvlinkVersion_t 6 = NVLink 4.0), PCIe 5.0 x16."""
+    h200 = {"name": "NVIDIA H200", "cc": (9, 0), "mib": 143771, "pcie_gen": 5, "nvlink_version": 6}
+    gpus = [
+        {**h200, "bus": "00000000:00:06.0", "nvlinks": ["switch"] * 18},
+        {**h200, "bus": "00000000:00:07.0", "nvlinks": ["switch"] * 18},
     ]
+    return FakeNVMLWithP2P(gpus, topology={(0, 1): 50}, **kwargs)
+
+
+def test_two_h200s_on_nvswitch_are_nv18_at_450_gb_per_direction_as_nvidia_smi_topo_says(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", two_h200s(nvlink_pairs={(0, 1)}))
+    inventory = take_inventory()
+    assert [g.nvlink_version for g in inventory.gpus] == [6, 6]
+    assert json.loads(json.dumps(inventory.to_dict()))["links"] == [
+        {
+            "a": 0,
+            "b": 1,
+            "kind": "NV18",
+            "gbps": 450.0,
+            "transport": "nvlink",
+            "nvlink_gen": 4,
+            "lanes": 18,
+            "pcie_gen": None,
+            "switched": True,
+            "p2p": True,
+            "gbps_bidirectional": 900.0,
+            "source": "NVIDIA datasheet, per direction: 18 NVLink4 links x 25 GB/s",
+        }
+    ]
+    from worker.inventory import summary_lines
+
+    assert "GPU 0 <-> GPU 1: NV18 ~450 GB/s per direction, P2P" in summary_lines(inventory)
+
+
+def test_a_driver_that_names_no_remote_device_still_finds_nvlink_through_p2p_status(monkeypatch):
+    nvml = two_h200s(nvlink_pairs={(0, 1)})
+    monkeypatch.setattr(type(nvml), "nvmlDeviceGetNvLinkRemoteDeviceType", None, raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    (link,) = take_inventory().links
+    assert (link.kind, link.gbps, link.switched) == ("NV18", 450.0, False)
+
+
+def test_gpus_without_nvlink_between_them_get_their_pcie_path_and_p2p_verdict(monkeypatch):
+    pro6000 = {"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "cc": (12, 0), "mib": 97887}
+    nvml = FakeNVMLWithP2P(
+        [
+            {**pro6000, "pcie_gen": 5, "bus": "00000000:17:00.0", "nvlinks": []},
+            {**pro6000, "pcie_gen": 5, "bus": "00000000:65:00.0", "nvlinks": []},
+        ],
+        topology={(0, 1): 40},
+        nvlink_pairs=set(),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    (link,) = take_inventory().links
+    assert (link.kind, link.transport, link.gbps, link.pcie_gen, link.lanes) == ("NODE", "pcie", 63.0, 5, 16)
+    assert link.p2p is True and link.nvlink_gen is None
+
+
+def test_a_host_with_one_gpu_lists_no_links(monkeypatch):
+    nvml = two_h200s(nvlink_pairs=set())
+    nvml.gpus = nvml.gpus[:1]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    inventory = take_inventory()
+    assert len(inventory.gpus) == 1
+    assert inventory.to_dict()["links"] == []
 
 
 def test_python_m_worker_inventory_json_exits_0_with_the_contract_shape():

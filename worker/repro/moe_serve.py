@@ -251,6 +251,28 @@ class MoELayer:
         return trtllm_routed_moe(self, x, weights, ids)
 
 
+def init_tp_group(tp_size: int, hidden: int) -> None:
+    """A real NCCL all-reduce across the TP group's GPUs, as a TP server's start does; NCCL's own INFO
+    lines (the transport chosen per pair) go into the log."""
+    from worker.allreduce import run_allreduce
+
+    log("Init torch distributed begin.")
+    result = run_allreduce(
+        world_size=tp_size,
+        model_shapes={"hidden_size": hidden, "tokens": 8},
+        max_bytes=8 << 20,
+        warmup=2,
+        iters=5,
+    )
+    for line in result.extra.get("nccl_lines") or []:
+        print(line, flush=True)
+    if not result.runs:
+        raise RuntimeError(f"the TP group of {tp_size} GPUs did not come up: {result.error}")
+    log(
+        f"Init torch distributed ends. all-reduce bus bandwidth {result.gbps or 0:.1f} GB/s. mem usage=0.00 GB"
+    )
+
+
 def warm_up(layer: MoELayer, max_bs: int) -> None:
     torch = layer.torch
     sizes = [bs for bs in (1, 2, 4, 8, 16, 32) if bs <= max_bs]
@@ -386,6 +408,8 @@ def main(argv: list[str]) -> int:
             log(
                 f"Detected GPU {torch.cuda.get_device_name()} with compute capability {major}.{minor} (sm_{major}{minor})"
             )
+        if args.tp_size > 1:
+            init_tp_group(args.tp_size, int(config.get("hidden_size", 1024)))
         log(
             f"Load weight begin. avail mem={0.0 if args.device == 'cpu' else torch.cuda.mem_get_info()[0] / 2**30:.2f} GB"
         )
