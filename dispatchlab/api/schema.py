@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
+from dispatchlab.decisions.openapi import DECISION_PATHS, DECISION_SCHEMAS
 
 STATUS = {"type": "string", "enum": ["queued", "parsing", "done", "failed"]}
 FAILURE_CLASSES = list(TAXONOMY)
@@ -122,7 +123,7 @@ MATCH = {
                 "tried_and_failed": {"type": "array", "items": {"type": "string"}},
             },
         },
-        "decisions": {"type": "array", "items": {"type": "string"}},
+        "decisions": {"type": "array", "items": _ref("DecisionRef")},
     },
 }
 
@@ -165,6 +166,7 @@ DOCUMENT = {
         "matches": {"type": "array", "items": MATCH},
         "failure_class": {"type": "string", "enum": FAILURE_CLASSES},
         "fingerprint": {"type": "string"},
+        "decisions": {"type": "array", "items": _ref("DecisionRef"), "description": "records linked to it"},
     },
 }
 
@@ -422,6 +424,7 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
                     },
                 }
             },
+            **DECISION_PATHS,
         },
         "components": {
             "securitySchemes": {
@@ -456,6 +459,7 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
                 },
                 "Document": DOCUMENT,
                 "Match": MATCH,
+                **DECISION_SCHEMAS,
             },
         },
     }

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dispatchlab.api import gpu_views, views
+from dispatchlab.api import decision_views, gpu_views, views
 
 app_name = "api"
 
@@ -14,4 +14,7 @@ urlpatterns = [
     path("v1/reports/<int:report_id>/confirm", gpu_views.report_confirm, name="report_confirm"),
     path("v1/confirms/<int:confirm_id>", gpu_views.confirm_detail, name="confirm"),
     path("v1/hosts", gpu_views.hosts, name="hosts"),
+    path("v1/decisions", decision_views.decisions, name="decisions"),
+    path("v1/decisions/<int:decision_id>", decision_views.decision_detail, name="decision"),
+    path("v1/decisions/<int:decision_id>/history", decision_views.decision_history, name="decision_history"),
 ]

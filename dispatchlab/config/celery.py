@@ -22,7 +22,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatchlab.config.settings")
 
 app = Celery("dispatchlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["dispatchlab.reports", "dispatchlab.gpu"])
+app.autodiscover_tasks(
+    ["dispatchlab.reports", "dispatchlab.gpu", "dispatchlab.decisions", "dispatchlab.notify"]
+)
 
 logger = logging.getLogger(__name__)
 

@@ -137,6 +137,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "dispatchlab.reports",
     "dispatchlab.gpu",
+    "dispatchlab.decisions",
+    "dispatchlab.notify",
     "dispatchlab.api",
 ]
 # The pages (W2's app) are optional so the API and the worker also run from a checkout without them.
@@ -268,6 +270,27 @@ DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES = env_int(
     "DISPATCHLAB_CONFIRM_MAX_OUTPUT_BYTES", 64 * 1024 * 1024, minimum=1024
 )
 
+# ---- notifications out (dispatchlab.notify: webhooks of a project) ----
+# Links in the messages point here: the address people open the dashboard at.
+DISPATCHLAB_NOTIFY_BASE_URL = env_str("DISPATCHLAB_NOTIFY_BASE_URL", "http://127.0.0.1:8000")
+if not DISPATCHLAB_NOTIFY_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"DISPATCHLAB_NOTIFY_BASE_URL={DISPATCHLAB_NOTIFY_BASE_URL!r} must start with http:// or https://"
+    )
+# One attempt waits this long for the endpoint, seconds.
+DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = env_float("DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS", 10.0)
+# Attempts of one delivery; connection errors, timeouts, HTTP 5xx and 429 are retried after
+# base * 2^(n-1) seconds (half of it random): 4, 8, 16 ... about 8 minutes over 8 attempts.
+DISPATCHLAB_NOTIFY_MAX_ATTEMPTS = env_int("DISPATCHLAB_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS = env_float("DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS", 4.0)
+# An endpoint whose deliveries failed this many times in a row pauses until a person resumes it.
+DISPATCHLAB_NOTIFY_PAUSE_AFTER = env_int("DISPATCHLAB_NOTIFY_PAUSE_AFTER", 5, minimum=1)
+if DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS <= 0 or DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS < 0:
+    raise ImproperlyConfigured(
+        "DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS must be above 0 and DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS "
+        "not below 0"
+    )
+
 # ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
 BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", DEFAULT_BROKER_URL)
 # Shared with the GPU worker (dispatchlab/messaging/broker.py): the filesystem transport with atomic
@@ -313,6 +336,7 @@ CELERY_TASK_ROUTES = {
 }
 # Safety net for messages a broker lost: re-enqueue reports stuck in queued/parsing.
 CELERY_BEAT_SCHEDULE = {
+    "requeue-stale-deliveries": {"task": "notify.requeue_stale", "schedule": 60.0},
     "requeue-stale-reports": {
         "task": "reports.requeue_stale",
         "schedule": float(max(60, DISPATCHLAB_STALE_CLAIM_SECONDS // 2)),

@@ -1,4 +1,4 @@
-"""`dispatchlab parse|match|eval|kb` (CONTRACT.md: exit 0 ok, 1 unreadable input, 2 usage)."""
+"""`dispatchlab parse|match|eval|kb|report` (docs/contract.md: exit 0 ok, 1 unreadable input, 2 usage)."""
 
 from __future__ import annotations
 
@@ -39,13 +39,22 @@ def _document_command(args: argparse.Namespace, *, matched: bool) -> int:
     from dispatchlab.core.summary import render_summary
 
     run = analyze_paths if matched else parse_paths
+    records = None
+    if getattr(args, "decisions", None):  # match --decisions FILE: read before a long parse
+        from dispatchlab.core.decisions import attach_decisions, load_decisions, render_decisions
+
+        records = load_decisions(args.decisions)
     document = run(args.paths, progress=_progress_to_stderr(args.progress))
     if args.progress:
         print(file=sys.stderr)
+    if records is not None:
+        attach_decisions(document, records)
     if args.json:
         _print_json(document)
     else:
         sys.stdout.write(render_summary(document))
+        if records is not None:
+            sys.stdout.write(render_decisions(document, total=len(records)))
     return 0
 
 
@@ -88,6 +97,12 @@ def cmd_kb_test(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from dispatchlab.core.reporter import run_report
+
+    return run_report(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatchlab", description="Triage crashes of LLM inference servers."
@@ -104,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.add_argument("--json", action="store_true", help="print one JSON object")
         p.add_argument("--progress", action="store_true", help="show progress on stderr")
+        if name == "match":
+            p.add_argument(
+                "--decisions",
+                metavar="FILE",
+                help="decision records exported by the dashboard (GET /api/v1/decisions?format=export): "
+                "show those linked to this failure, stale when the log meets their revisit-when",
+            )
         p.set_defaults(func=func)
 
     p = sub.add_parser("eval", help="compare match output with labels X.json next to X.log")
@@ -117,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     kb_sub.add_parser("test", help="run every signature against its own examples").set_defaults(
         func=cmd_kb_test
     )
+
+    from dispatchlab.core.reporter import add_report_arguments
+
+    p = sub.add_parser("report", help="upload logs to a dispatchlab server, print the diagnosis and link")
+    add_report_arguments(p)
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dispatchlab.front import gpu_views, views
+from dispatchlab.front import decision_views, gpu_views, notify_views, views
 
 app_name = "front"
 
@@ -22,4 +22,37 @@ urlpatterns = [
     path("confirms/<int:confirm_id>/", gpu_views.confirm, name="confirm"),
     path("confirms/<int:confirm_id>/status/", gpu_views.confirm_status, name="confirm_status"),
     path("compat/", gpu_views.compat, name="compat"),
+    # decision records
+    path("decisions/", decision_views.decision_list, name="decisions"),
+    path("decisions/new/", decision_views.decision_new, name="decision_new"),
+    path("decisions/<int:decision_id>/", decision_views.decision_detail, name="decision"),
+    path("decisions/<int:decision_id>/edit/", decision_views.decision_edit, name="decision_edit"),
+    # notifications out (webhooks of a project)
+    path("notifications/", notify_views.index, name="notifications"),
+    path("notifications/<slug:project_slug>/", notify_views.project_endpoints, name="notify_project"),
+    path(
+        "notifications/<slug:project_slug>/<int:endpoint_id>/",
+        notify_views.endpoint_detail,
+        name="notify_endpoint",
+    ),
+    path(
+        "notifications/<slug:project_slug>/<int:endpoint_id>/test/",
+        notify_views.endpoint_test,
+        name="notify_test",
+    ),
+    path(
+        "notifications/<slug:project_slug>/<int:endpoint_id>/pause/",
+        notify_views.endpoint_pause,
+        name="notify_pause",
+    ),
+    path(
+        "notifications/<slug:project_slug>/<int:endpoint_id>/resume/",
+        notify_views.endpoint_resume,
+        name="notify_resume",
+    ),
+    path(
+        "notifications/<slug:project_slug>/<int:endpoint_id>/delete/",
+        notify_views.endpoint_delete,
+        name="notify_delete",
+    ),
 ]

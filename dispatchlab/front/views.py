@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dispatchlab.front import figures, gpu_views, presenters
+from dispatchlab.front import decision_views, figures, gpu_views, presenters
 from dispatchlab.front.compare import compare_documents
 from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
 from dispatchlab.front.logview import log_window, render_rows, search_log
@@ -199,6 +199,7 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
     # change); the status fragment becomes a banner above it.
     context: dict[str, Any] = {"report": report, **_status_context(report, has_document=doc is not None)}
     context.update(gpu_views.report_context(request, report))
+    context.update(decision_views.report_context(request, report))
     if doc is None:
         return render(request, "front/report.html", context)
     matches = presenters.match_views(doc)
@@ -374,6 +375,7 @@ def group(request: HttpRequest, group_id: int) -> HttpResponse:
             "spark_days": days,
             "arches": _distinct_by_group(reports, [group.pk], "arch").get(group.pk, []),
             "versions": _distinct_by_group(reports, [group.pk], "server_version").get(group.pk, []),
+            **decision_views.group_context(request, group),
         },
     )
 

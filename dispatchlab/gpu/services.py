@@ -446,6 +446,16 @@ def confirm_report_parsed(*, report_id: int) -> ConfirmRun | None:
                     "server_version": report.server_version or str(versions.get(server) or ""),
                 },
             )
+        if status == ConfirmRun.Status.FIXED and confirm.report.group is not None:
+            from dispatchlab.notify.models import GroupClosure
+            from dispatchlab.notify.services import group_close
+
+            # The crash's group is closed; a new report in it later means the crash came back.
+            group_close(
+                group=confirm.report.group,
+                kind=GroupClosure.Kind.FIX_CONFIRMED,
+                reason=f"fix confirmed by confirm run {confirm.id}",
+            )
     return confirm
 
 

@@ -607,9 +607,11 @@ def _report_store(
         if report.claim_token != token or report.status != Report.Status.PARSING:
             return Outcome.LOST
         old_group_id = report.group_id
-        group = None
+        # A re-match (the knowledge base changed) moves old reports between groups: no news for webhooks.
+        reanalysis = report.document is not None
+        group, group_created = None, False
         if columns["failure_class"] != "none" and columns["fingerprint"]:
-            group, _ = FailureGroup.objects.get_or_create(
+            group, group_created = FailureGroup.objects.get_or_create(
                 project_id=report.project_id,
                 fingerprint=columns["fingerprint"],
                 defaults={
@@ -641,6 +643,11 @@ def _report_store(
             FailureGroup.objects.filter(id=group.id).update(
                 title=_group_title(document, columns), failure_class=columns["failure_class"]
             )
+            if not reanalysis:
+                from dispatchlab.notify.services import notify_report_landed
+
+                # A new group, or a closed one coming back: the project's webhooks hear of it on commit.
+                notify_report_landed(report=report, group_id=group.id, group_created=group_created)
     return Outcome.DONE
 
 

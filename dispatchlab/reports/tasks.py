@@ -35,6 +35,12 @@ def report_analyze_task(self: Any, report_id: int) -> str:
 
         # The output of a confirm run: now its outcome can be decided.
         confirm_report_parsed(report_id=int(report_id))
+    if outcome == Outcome.DONE:
+        from dispatchlab.decisions.services import decisions_report_parsed
+
+        # Revisit-when conditions this log meets make their records stale; the document lists the
+        # decision records linked to its fingerprint and signatures.
+        decisions_report_parsed(report_id=int(report_id))
     if outcome == Outcome.BUSY and self.request.retries < BUSY_RECHECKS:
         # Another worker holds the claim; if it died (this message may be its redelivery), the claim
         # goes stale and the next look takes the report over.

@@ -1,0 +1,622 @@
+"""Everything that changes endpoints, events, deliveries and group closures. Views, tasks, commands and
+the other apps' hooks call these.
+
+Events come from three places: `notify_report_landed` (reports, when a parsed report lands in a group:
+a new group, or a closed group coming back), `notify_decision_stale` (decisions, with primitives only)
+and `endpoint_send_test` (the endpoint page). `event_emit` stores the event and one Delivery per
+subscribed endpoint in the caller's transaction and enqueues `notify.deliver` on commit; a paused
+endpoint's delivery is stored as skipped and never sent.
+
+`delivery_send` (the task's service) claims the delivery with a conditional UPDATE, makes one HTTP
+attempt, records it, and either finishes the delivery or raises DeliveryUnavailable (a connection
+error, a timeout, HTTP 5xx or 429) with the countdown to the next attempt, which the task retries on.
+A delivery that fails for good (no attempts left, or another 4xx) counts against its endpoint; after
+DISPATCHLAB_NOTIFY_PAUSE_AFTER of them in a row the endpoint pauses itself until a person resumes it.
+
+URLs: http and https only, no user name or password in them, redirects never followed. Private and
+loopback addresses are allowed on purpose (self-hosted chat servers usually live on the internal
+network), so whoever may add an endpoint may make the workers POST to internal hosts: members only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import http
+import http.client
+import logging
+import random
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
+from dispatchlab.notify.payloads import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    SUBSCRIBABLE,
+    TIMESTAMP_HEADER,
+    USER_AGENT,
+    EndpointKind,
+    EventKind,
+    render_body,
+    sign,
+)
+from dispatchlab.reports.models import FailureGroup, Project, Report
+
+logger = logging.getLogger(__name__)
+
+MAX_URL_LENGTH = 2000
+SNIPPET_BYTES = 2048  # read of a response, of which SNIPPET_CHARS are kept
+SNIPPET_CHARS = 300
+# Below the broker's default visibility timeout (the task time limit + 600 s), so a retry waiting in a
+# worker is not handed out a second time.
+MAX_RETRY_DELAY_SECONDS = 1800.0
+# A pending delivery this long past its due time has lost its message: the sweep sends it again.
+SWEEP_GRACE_SECONDS = 120
+
+
+class SendOutcome(enum.StrEnum):
+    DELIVERED = "delivered"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # the endpoint is paused
+    FINISHED = "finished"  # already delivered, failed or skipped: nothing to do
+    BUSY = "busy"  # another worker holds a fresh claim
+    LOST = "lost"  # our claim was taken over while we sent
+    MISSING = "missing"  # the delivery (or its endpoint) was deleted
+
+
+class DeliveryUnavailable(Exception):
+    """The endpoint could not take the delivery now (connection error, timeout, HTTP 5xx or 429) and
+    attempts are left. The attempt is recorded; the task retries after `countdown` seconds."""
+
+    def __init__(self, message: str, *, countdown: float) -> None:
+        super().__init__(message)
+        self.countdown = countdown
+
+
+# ---------------------------------------------------------------- URLs
+
+
+def endpoint_url_problem(url: str) -> str | None:
+    """Why this URL cannot be an endpoint, for people; None when it can."""
+    if not url:
+        return "Enter the URL the events are POSTed to."
+    if len(url) > MAX_URL_LENGTH:
+        return f"The URL is longer than {MAX_URL_LENGTH} characters."
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return "The URL contains spaces or control characters."
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number
+    except ValueError as error:
+        return f"The URL cannot be read: {error}."
+    if parts.scheme.lower() not in ("http", "https"):
+        shown = f"{parts.scheme}:" if parts.scheme else "no scheme"
+        return f"Only http:// and https:// URLs can receive events ({shown} is refused)."
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return (
+            "Put no user name or password in the URL: generic endpoints verify the "
+            "X-Dispatchlab-Signature header instead, Slack-compatible ones carry their token in the path."
+        )
+    if not parts.hostname:
+        return "The URL has no host name."
+    if port == 0:
+        return "The URL's port 0 cannot be connected to."
+    return None
+
+
+def absolute_url(path: str) -> str:
+    """A dashboard path as a link people can follow from a chat message."""
+    if path.startswith(("http://", "https://")):
+        return path
+    return settings.DISPATCHLAB_NOTIFY_BASE_URL.rstrip("/") + "/" + path.lstrip("/")
+
+
+def _page_url(name: str, *args: Any, query: str = "") -> str:
+    try:
+        path = reverse(name, args=args)
+    except NoReverseMatch:  # the pages (dispatchlab.front) are optional
+        return ""
+    return absolute_url(path + query)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def endpoint_create(
+    *,
+    project: Project,
+    user: AbstractBaseUser | None,
+    url: str,
+    kind: str,
+    events: list[str],
+    name: str = "",
+) -> Endpoint:
+    """A new endpoint; raises ValidationError with a message per field ("url", "kind", "events")."""
+    url = url.strip()
+    errors: dict[str, str] = {}
+    problem = endpoint_url_problem(url)
+    if problem:
+        errors["url"] = problem
+    elif Endpoint.objects.filter(project=project, url=url).exists():
+        errors["url"] = f"{project.name} already sends events to this URL."
+    if kind not in {k.value for k in EndpointKind}:
+        errors["kind"] = "Choose Slack-compatible or generic JSON."
+    unknown = sorted(set(events) - {k.value for k in SUBSCRIBABLE})
+    if unknown:
+        errors["events"] = f"Unknown events: {', '.join(unknown)}."
+    elif not events:
+        errors["events"] = "Choose at least one event to send."
+    if errors:
+        raise ValidationError(errors)
+    return Endpoint.objects.create(
+        project=project,
+        name=name.strip()[:100],
+        url=url,
+        kind=kind,
+        events=[k.value for k in SUBSCRIBABLE if k.value in events],  # in one order
+        created_by=user if user is not None and user.is_authenticated else None,
+    )
+
+
+def endpoint_pause(*, endpoint: Endpoint, user: AbstractBaseUser | None) -> bool:
+    who = user.get_username() if user is not None and user.is_authenticated else "a person"
+    updated = Endpoint.objects.filter(id=endpoint.id, paused_at__isnull=True).update(
+        paused_at=timezone.now(), paused_reason=f"by {who}"[:300]
+    )
+    return updated == 1
+
+
+def endpoint_resume(*, endpoint: Endpoint) -> bool:
+    """Deliveries skipped while it was paused stay skipped; new events are sent again."""
+    updated = Endpoint.objects.filter(id=endpoint.id, paused_at__isnull=False).update(
+        paused_at=None, paused_reason="", consecutive_failures=0
+    )
+    return updated == 1
+
+
+def endpoint_delete(*, endpoint: Endpoint) -> None:
+    endpoint.delete()
+
+
+def endpoint_send_test(*, endpoint: Endpoint, user: AbstractBaseUser | None) -> Delivery:
+    """A test event to this endpoint alone, sent even while it is paused (to check it before resuming)."""
+    who = user.get_username() if user is not None and user.is_authenticated else "dispatchlab"
+    project = endpoint.project
+    message = f"Test event from dispatchlab, sent by {who}: events of {project.name} reach this endpoint."
+    event = event_emit(
+        project=project, kind=EventKind.TEST, fields={"message": message}, endpoints=[endpoint]
+    )
+    assert event is not None
+    return event.deliveries.get(endpoint=endpoint)
+
+
+# ---------------------------------------------------------------- events
+
+
+def _project_fields(project: Project) -> dict[str, Any]:
+    return {
+        "id": project.id,
+        "slug": project.slug,
+        "name": project.name,
+        "url": _page_url("front:report_list", query=f"?project={project.slug}"),
+    }
+
+
+def _group_fields(group: FailureGroup) -> dict[str, Any]:
+    return {
+        "id": group.id,
+        "title": group.title,
+        "failure_class": group.failure_class,
+        "fingerprint": group.fingerprint,
+        "count": group.count,
+        "first_seen": _iso(group.first_seen),
+        "last_seen": _iso(group.last_seen),
+        "url": _page_url("front:group", group.id),
+    }
+
+
+def _report_fields(report: Report) -> dict[str, Any]:
+    return {
+        "id": report.id,
+        "title": report.title,
+        "created_at": _iso(report.created_at),
+        "server": report.server,
+        "server_version": report.server_version,
+        "gpu": report.gpu_name,
+        "arch": report.arch,
+        "model": report.model_name,
+        "top_match_id": report.top_match_id,
+        "url": _page_url("front:report", report.id),
+    }
+
+
+def _enqueue(delivery_id: int) -> None:
+    from dispatchlab.notify.tasks import delivery_send_task
+
+    timeout = settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS
+    # One attempt is one request: past this the worker is stuck, not slow (urllib's timeout is per
+    # socket operation, a server dribbling its answer could outlast it).
+    delivery_send_task.apply_async(args=[delivery_id], time_limit=int(3 * timeout) + 30)
+
+
+def event_emit(
+    *,
+    project: Project,
+    kind: EventKind,
+    fields: dict[str, Any],
+    group: FailureGroup | None = None,
+    endpoints: list[Endpoint] | None = None,
+) -> Event | None:
+    """Store the event and a delivery for each endpoint subscribed to it (or for `endpoints`), sent
+    after the caller's transaction commits. None when no endpoint wants it."""
+    if endpoints is None:
+        endpoints = [e for e in Endpoint.objects.filter(project=project) if e.subscribed(kind)]
+    if not endpoints:
+        return None
+    now = timezone.now()
+    with transaction.atomic():
+        event = Event.objects.create(project=project, kind=kind, occurred_at=now, group=group)
+        event.payload = {
+            "event": kind.value,
+            "event_id": event.id,
+            "occurred_at": _iso(now),
+            "project": _project_fields(project),
+            **fields,
+        }
+        event.save(update_fields=["payload"])
+        for endpoint in endpoints:
+            paused = endpoint.is_paused and kind != EventKind.TEST
+            delivery = Delivery.objects.create(
+                endpoint=endpoint,
+                event=event,
+                status=Delivery.Status.SKIPPED if paused else Delivery.Status.PENDING,
+                created_at=now,
+                next_attempt_at=now,
+                finished_at=now if paused else None,
+                error=f"not sent: the endpoint is paused ({endpoint.paused_reason})" if paused else "",
+            )
+            if not paused:
+                transaction.on_commit(lambda delivery_id=delivery.id: _enqueue(delivery_id), robust=True)
+    logger.info("event %s %s of project %s: %d endpoint(s)", event.id, kind, project.slug, len(endpoints))
+    return event
+
+
+def notify_report_landed(*, report: Report, group_id: int, group_created: bool) -> Event | None:
+    """A freshly parsed report landed in a failure group (called by reports in its transaction): a new
+    group, or a closed group coming back, becomes an event for the project's endpoints."""
+    group = FailureGroup.objects.select_related("project").get(id=group_id)
+    if group_created:
+        fields = {"group": _group_fields(group), "report": _report_fields(report)}
+        return event_emit(project=group.project, kind=EventKind.GROUP_NEW, fields=fields, group=group)
+    closure = _group_reopen(group_id=group_id, report=report)
+    if closure is None:
+        return None
+    group_fields = _group_fields(group)
+    group_fields["closed"] = {
+        "at": _iso(closure.closed_at),
+        "kind": closure.closed_kind,
+        "reason": closure.closed_reason,
+    }
+    fields = {"group": group_fields, "report": _report_fields(report)}
+    return event_emit(project=group.project, kind=EventKind.GROUP_RETURNED, fields=fields, group=group)
+
+
+def notify_decision_stale(
+    *, project: Project | int, record_id: int, number: int, title: str, reason: str, url: str
+) -> Event | None:
+    """A decision record turned stale (called by decisions once per staleness, with primitives only).
+    `url` may be a dashboard path or an absolute URL."""
+    if not isinstance(project, Project):
+        project = Project.objects.get(id=project)
+    fields = {
+        "decision": {
+            "id": record_id,
+            "number": number,
+            "label": f"DR-{number}",
+            "title": title,
+            "reason": reason,
+            "url": absolute_url(url) if url else "",
+        }
+    }
+    return event_emit(project=project, kind=EventKind.DECISION_STALE, fields=fields)
+
+
+# ---------------------------------------------------------------- closing and reopening groups
+
+
+def group_close(*, group: FailureGroup, kind: str, reason: str) -> bool:
+    """Mark the group closed: by a confirm run that ended fixed (GroupClosure.Kind.FIX_CONFIRMED) or by a
+    decision record linked to it that became accepted (DECISION_ACCEPTED). A report created after this
+    that lands in the group reopens it and emits group.returned. False when it was closed already (the
+    first reason stays)."""
+    if kind not in GroupClosure.Kind.values:
+        raise ValueError(f"unknown closing kind {kind!r}; one of {', '.join(GroupClosure.Kind.values)}")
+    with transaction.atomic():
+        closure, _ = GroupClosure.objects.get_or_create(group=group)
+        updated = GroupClosure.objects.filter(id=closure.id, closed_at__isnull=True).update(
+            closed_at=timezone.now(), closed_kind=kind, closed_reason=reason[:500]
+        )
+    if updated:
+        logger.info("failure group %s closed: %s", group.id, reason)
+    return updated == 1
+
+
+def groups_close(*, project_id: int, fingerprints: list[str], kind: str, reason: str) -> int:
+    """group_close for the groups of these fingerprints in a project (decision records link groups by
+    fingerprint). Returns how many were closed now."""
+    groups = FailureGroup.objects.filter(project_id=project_id, fingerprint__in=fingerprints)
+    return sum(group_close(group=group, kind=kind, reason=reason) for group in groups)
+
+
+def _group_reopen(*, group_id: int, report: Report) -> GroupClosure | None:
+    """Reopen the group when it is closed and the report was created after the close: the closure as
+    it was (closed_at, kind, reason), or None. A report uploaded before the close that is parsed
+    late is old news, not a return."""
+    closure = (
+        GroupClosure.objects.select_for_update().filter(group_id=group_id, closed_at__isnull=False).first()
+    )
+    if closure is None or closure.closed_at is None or report.created_at < closure.closed_at:
+        return None
+    updated = GroupClosure.objects.filter(id=closure.id, closed_at=closure.closed_at).update(
+        closed_at=None, reopened_at=timezone.now(), reopened_by=report, times_reopened=F("times_reopened") + 1
+    )
+    if not updated:
+        return None
+    logger.info("failure group %s came back with report %s (%s)", group_id, report.id, closure.closed_reason)
+    return closure
+
+
+# ---------------------------------------------------------------- sending
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int | None  # None: no HTTP answer (connection error, timeout)
+    error: str  # "" when 2xx
+    snippet: str
+    seconds: float
+    retry_after: float | None = None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A webhook that redirects is misconfigured, and following it could lead anywhere: a 3xx is the
+    answer (a failure), not a hop."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _snippet(raw: bytes) -> str:
+    return " ".join(raw.decode("utf-8", errors="replace").split())[:SNIPPET_CHARS]
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    with contextlib.suppress(ValueError):
+        return max(0.0, float(value.strip()))
+    return None  # an HTTP date: the exponential backoff will do
+
+
+def _http_error(status: int) -> str:
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def _describe(error: BaseException) -> str:
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, TimeoutError):
+        return f"timed out after {settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS:g} s"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused"
+    text = str(getattr(reason, "strerror", None) or reason) or type(reason).__name__
+    return text[:300]
+
+
+def http_post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> HttpAnswer:
+    """One POST; never raises for what the network or the server does."""
+    opener = urllib.request.build_opener(_NoRedirect)
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    started = time.monotonic()
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            raw = response.read(SNIPPET_BYTES)
+            return HttpAnswer(response.status, "", _snippet(raw), time.monotonic() - started)
+    except urllib.error.HTTPError as error:
+        with error:
+            raw = b""
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                raw = error.read(SNIPPET_BYTES)
+        return HttpAnswer(
+            error.code,
+            _http_error(error.code),
+            _snippet(raw),
+            time.monotonic() - started,
+            _retry_after(error.headers.get("Retry-After") if error.headers else None),
+        )
+    except (OSError, http.client.HTTPException, ValueError) as error:
+        # URLError is an OSError; ValueError: a URL urllib cannot use after all
+        return HttpAnswer(None, _describe(error), "", time.monotonic() - started)
+
+
+def retry_delay(attempt: int, *, retry_after: float | None = None) -> float:
+    """Seconds before attempt `attempt + 1`: exponential from DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS, with
+    jitter (half of it random, so endpoints that failed together do not retry together), at least what
+    a 429's Retry-After asked for."""
+    ceiling = min(
+        MAX_RETRY_DELAY_SECONDS, settings.DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS * 2 ** (attempt - 1)
+    )
+    delay = ceiling / 2 + random.uniform(0, ceiling / 2)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, MAX_RETRY_DELAY_SECONDS))
+    return delay
+
+
+def _claim_stale_seconds() -> float:
+    return 3 * settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS + 60
+
+
+def _claim(delivery_id: int, token: str) -> bool:
+    now = timezone.now()
+    stale = now - timedelta(seconds=_claim_stale_seconds())
+    claimed = Delivery.objects.filter(
+        Q(status=Delivery.Status.PENDING) | Q(status=Delivery.Status.SENDING, claimed_at__lt=stale),
+        id=delivery_id,
+    ).update(status=Delivery.Status.SENDING, claimed_at=now, claim_token=token, attempts=F("attempts") + 1)
+    return claimed == 1
+
+
+def _finish(delivery_id: int, token: str, **fields: Any) -> bool:
+    return Delivery.objects.filter(id=delivery_id, claim_token=token).update(**fields) == 1
+
+
+def _endpoint_succeeded(endpoint_id: int) -> None:
+    Endpoint.objects.filter(id=endpoint_id).update(consecutive_failures=0, last_success_at=timezone.now())
+
+
+def _endpoint_failed(endpoint_id: int, error: str) -> None:
+    """One more failed delivery in a row; the one that reaches the limit pauses the endpoint."""
+    now = timezone.now()
+    limit = settings.DISPATCHLAB_NOTIFY_PAUSE_AFTER
+    with transaction.atomic():
+        Endpoint.objects.filter(id=endpoint_id).update(
+            consecutive_failures=F("consecutive_failures") + 1, last_error=error, last_failure_at=now
+        )
+        paused = Endpoint.objects.filter(
+            id=endpoint_id, paused_at__isnull=True, consecutive_failures__gte=limit
+        ).update(paused_at=now, paused_reason=f"after {limit} failed deliveries in a row")
+    if paused:
+        logger.warning(
+            "endpoint %s paused after %d failed deliveries in a row: %s", endpoint_id, limit, error
+        )
+
+
+def delivery_send(*, delivery_id: int) -> SendOutcome:
+    """Claim the delivery and make one attempt. Raises DeliveryUnavailable when the endpoint could not
+    take it now and attempts are left (the attempt is recorded first)."""
+    token = uuid.uuid4().hex
+    if not _claim(delivery_id, token):
+        status = Delivery.objects.filter(id=delivery_id).values_list("status", flat=True).first()
+        if status is None:
+            return SendOutcome.MISSING
+        return SendOutcome.BUSY if status == Delivery.Status.SENDING else SendOutcome.FINISHED
+    delivery = Delivery.objects.select_related("endpoint", "event").filter(id=delivery_id).first()
+    if delivery is None:  # the endpoint was deleted meanwhile
+        return SendOutcome.MISSING
+    endpoint, event = delivery.endpoint, delivery.event
+    now = timezone.now()
+    if endpoint.is_paused and event.kind != EventKind.TEST:
+        _finish(
+            delivery_id,
+            token,
+            status=Delivery.Status.SKIPPED,
+            attempts=F("attempts") - 1,
+            finished_at=now,
+            error=f"not sent: the endpoint was paused ({endpoint.paused_reason})",
+        )
+        return SendOutcome.SKIPPED
+
+    number = delivery.attempts
+    problem = endpoint_url_problem(endpoint.url)
+    if problem:  # the row was changed behind the form's back
+        answer = HttpAnswer(None, f"refused: {problem}", "", 0.0)
+    else:
+        body = render_body(endpoint.kind, event.payload)
+        timestamp = int(time.time())
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            EVENT_HEADER: event.kind,
+            DELIVERY_HEADER: str(delivery.uuid),
+            TIMESTAMP_HEADER: str(timestamp),
+            SIGNATURE_HEADER: sign(endpoint.secret, timestamp, body),
+        }
+        answer = http_post(endpoint.url, body, headers, timeout=settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS)
+
+    ok = answer.status is not None and 200 <= answer.status < 300
+    retryable = not problem and (answer.status is None or answer.status >= 500 or answer.status == 429)
+    last = number >= settings.DISPATCHLAB_NOTIFY_MAX_ATTEMPTS
+    if ok:
+        outcome = Attempt.Outcome.OK
+    elif retryable and not last:
+        outcome = Attempt.Outcome.RETRY
+    else:
+        outcome = Attempt.Outcome.FAILED
+    try:
+        with transaction.atomic():
+            Attempt.objects.create(
+                delivery_id=delivery_id,
+                number=number,
+                started_at=now,
+                duration_ms=round(answer.seconds * 1000),
+                status_code=answer.status,
+                error=answer.error[:500],
+                response_snippet=answer.snippet[:500],
+                outcome=outcome,
+            )
+    except IntegrityError:  # the endpoint, and so the delivery, was deleted while we sent
+        return SendOutcome.MISSING
+    finished = timezone.now()
+    if outcome == Attempt.Outcome.OK:
+        if not _finish(delivery_id, token, status=Delivery.Status.DELIVERED, finished_at=finished, error=""):
+            return SendOutcome.LOST
+        _endpoint_succeeded(endpoint.id)
+        return SendOutcome.DELIVERED
+    if outcome == Attempt.Outcome.RETRY:
+        delay = retry_delay(number, retry_after=answer.retry_after)
+        if not _finish(
+            delivery_id,
+            token,
+            status=Delivery.Status.PENDING,
+            next_attempt_at=finished + timedelta(seconds=delay),
+            error=answer.error,
+        ):
+            return SendOutcome.LOST
+        raise DeliveryUnavailable(f"delivery {delivery_id}: {answer.error}", countdown=delay)
+    error = f"{answer.error} (gave up after {number} attempts)" if retryable else answer.error
+    if not _finish(delivery_id, token, status=Delivery.Status.FAILED, finished_at=finished, error=error):
+        return SendOutcome.LOST
+    _endpoint_failed(endpoint.id, answer.error)
+    return SendOutcome.FAILED
+
+
+def deliveries_requeue_stale() -> int:
+    """Send the task again for deliveries a broker may have lost: pending well past their due time, or
+    sending under a stale claim. The claim makes a duplicate harmless."""
+    now = timezone.now()
+    stuck = Delivery.objects.filter(
+        Q(status=Delivery.Status.PENDING, next_attempt_at__lt=now - timedelta(seconds=SWEEP_GRACE_SECONDS))
+        | Q(status=Delivery.Status.SENDING, claimed_at__lt=now - timedelta(seconds=_claim_stale_seconds()))
+    ).values_list("id", flat=True)
+    count = 0
+    for delivery_id in list(stuck[:1000]):
+        Delivery.objects.filter(id=delivery_id, status=Delivery.Status.PENDING).update(next_attempt_at=now)
+        _enqueue(delivery_id)
+        count += 1
+    if count:
+        logger.info("re-enqueued %d stale deliveries", count)
+    return count

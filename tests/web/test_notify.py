@@ -1,0 +1,680 @@
+"""Notifications out, as alice (member of acme), bob (acme viewer) and charlie (umbrella only) meet them:
+events from parsed reports, confirm runs and decisions, deliveries to a real local HTTP server, pausing
+and resuming, and the pages."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import html
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+import dispatchlab.core
+from dispatchlab.gpu.models import ConfirmRun
+from dispatchlab.gpu.services import confirm_report_parsed
+from dispatchlab.notify import services
+from dispatchlab.notify.models import Delivery, Endpoint, Event, GroupClosure
+from dispatchlab.notify.payloads import EventKind, verify
+from dispatchlab.reports.models import FailureGroup, Report
+from dispatchlab.reports.services import report_analyze, report_submit
+
+# ---------------------------------------------------------------- helpers
+
+
+class Receiver:
+    """A webhook on 127.0.0.1: records what it is sent, answers the scripted statuses, then `default`."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script: list[int] = []
+        self.default = 200
+        self.delay = 0.0  # seconds before answering
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                status = receiver.script.pop(0) if receiver.script else receiver.default
+                answer = b"ok" if status < 300 else b"upstream unavailable"
+                time.sleep(receiver.delay)
+                self.send_response(status)
+                if 300 <= status < 400:
+                    self.send_header("Location", receiver.url + "/elsewhere")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def json(self, index: int = -1) -> dict[str, Any]:
+        return json.loads(self.requests[index]["body"])
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _notify_settings(settings: Any) -> None:
+    settings.DISPATCHLAB_NOTIFY_BASE_URL = "https://dispatchlab.example.com"
+    settings.DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS = 0.0
+    settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = 5.0
+
+
+@pytest.fixture(autouse=True)
+def worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sent delivery is sent here, as the worker would, its retries at once (the real task, with its
+    countdowns, runs in tests/pipeline/test_notify_delivery.py)."""
+
+    def run(delivery_id: int) -> None:
+        while True:
+            try:
+                services.delivery_send(delivery_id=delivery_id)
+                return
+            except services.DeliveryUnavailable:
+                continue
+
+    monkeypatch.setattr(services, "_enqueue", run)
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Delivery ids that would have gone to the broker."""
+    sent: list[int] = []
+    monkeypatch.setattr(services, "_enqueue", sent.append)
+    return sent
+
+
+@pytest.fixture
+def core(monkeypatch: pytest.MonkeyPatch, make_document: Any) -> dict[str, Any]:
+    """The core answers with this document (set "fingerprint" to move crashes between groups)."""
+    answer: dict[str, Any] = {"document": make_document()}
+    monkeypatch.setattr(
+        dispatchlab.core,
+        "analyze_paths",
+        lambda paths, *, progress=None: json.loads(json.dumps(answer["document"])),
+    )
+    return answer
+
+
+@pytest.fixture
+def land(acme: Any, alice: Any, make_upload: Any, core: Any, django_capture_on_commit_callbacks: Any) -> Any:
+    """land(b"log text") -> a report of acme, parsed by the (fixed) core, its commit hooks run."""
+
+    def analysed(content: bytes, project: Any = None) -> Report:
+        report, _ = report_submit(
+            project=project or acme, user=alice, files=[make_upload(f"{len(content)}.log", content)]
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            report_analyze(report_id=report.id)
+        report.refresh_from_db()
+        return report
+
+    return analysed
+
+
+def endpoint(project: Any, url: str = "http://127.0.0.1:9/hook", **fields: Any) -> Endpoint:
+    fields.setdefault("events", [k.value for k in (EventKind.GROUP_NEW, EventKind.GROUP_RETURNED)])
+    fields.setdefault("kind", "generic")
+    return services.endpoint_create(project=project, user=None, url=url, **fields)
+
+
+def stale(project: Any, number: int = 3) -> Event | None:
+    return services.notify_decision_stale(
+        project=project,
+        record_id=40 + number,
+        number=number,
+        title="MTP off on sm_120",
+        reason="a log shows flashinfer 0.6.2",
+        url=f"/decisions/{40 + number}/",
+    )
+
+
+def text_of(body: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", body)))
+
+
+# ---------------------------------------------------------------- events
+
+
+def test_a_new_group_enqueues_one_delivery_per_subscribed_endpoint(acme, land, enqueued):
+    new_only = endpoint(acme, "https://chat.internal/a", events=["group.new"])
+    both = endpoint(acme, "https://chat.internal/b", events=["group.new", "group.returned"])
+    stale_only = endpoint(acme, "https://chat.internal/c", events=["decision.stale"])
+    report = land(b"one\n")
+    event = Event.objects.get()
+    assert event.kind == "group.new" and event.group == report.group
+    deliveries = {d.endpoint_id: d for d in Delivery.objects.all()}
+    assert set(deliveries) == {new_only.id, both.id}
+    assert stale_only.id not in deliveries
+    assert sorted(enqueued) == sorted(d.id for d in deliveries.values())
+    assert all(d.status == Delivery.Status.PENDING for d in deliveries.values())
+
+
+def test_another_report_of_an_open_group_sends_nothing(acme, land, enqueued):
+    endpoint(acme)
+    land(b"one\n")
+    land(b"two\n")
+    assert FailureGroup.objects.get().count == 2
+    assert Event.objects.count() == 1 and len(enqueued) == 1
+
+
+def test_an_unsubscribed_event_makes_no_delivery(acme, land, enqueued):
+    endpoint(acme, events=["decision.stale"])
+    land(b"one\n")
+    assert not Event.objects.exists() and not Delivery.objects.exists() and enqueued == []
+
+
+def test_another_projects_group_does_not_reach_acmes_endpoints(acme, umbrella, land, enqueued):
+    endpoint(acme)
+    land(b"one\n", project=umbrella)
+    assert not Delivery.objects.exists() and enqueued == []
+
+
+# ---------------------------------------------------------------- bodies
+
+
+def test_the_generic_body_is_signed_with_the_endpoint_secret(acme, land, receiver):
+    hook = endpoint(acme, receiver.url)
+    report = land(b"one\n")
+    assert len(receiver.requests) == 1
+    sent = receiver.requests[0]
+    headers, body = sent["headers"], sent["body"]
+    timestamp = headers["X-Dispatchlab-Timestamp"]
+    expected = hmac.new(hook.secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    assert headers["X-Dispatchlab-Signature"] == f"sha256={expected}"
+    assert headers["X-Dispatchlab-Event"] == "group.new"
+    delivery = Delivery.objects.get()
+    assert headers["X-Dispatchlab-Delivery"] == str(delivery.uuid)
+    payload = json.loads(body)
+    assert payload["event"] == "group.new" and payload["project"]["slug"] == "acme"
+    assert payload["occurred_at"].endswith("Z")
+    assert payload["group"]["id"] == report.group_id and payload["group"]["title"] == "CUDA out of memory"
+    assert payload["group"]["url"] == f"https://dispatchlab.example.com/groups/{report.group_id}/"
+    assert payload["report"]["id"] == report.id
+    assert payload["report"]["url"] == f"https://dispatchlab.example.com/reports/{report.id}/"
+    # what a receiver runs (payloads.verify): the right secret verifies, another or a changed body does not
+    assert verify(hook.secret, timestamp, body, headers["X-Dispatchlab-Signature"])
+    assert not verify("another secret", timestamp, body, headers["X-Dispatchlab-Signature"])
+    assert not verify(hook.secret, timestamp, body + b" ", headers["X-Dispatchlab-Signature"])
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.DELIVERED and delivery.attempts == 1
+
+
+def test_the_slack_body_has_text_and_blocks(acme, land, receiver):
+    endpoint(acme, receiver.url, kind="slack")
+    report = land(b"one\n")
+    body = receiver.json()
+    assert set(body) == {"text", "blocks"}
+    assert body["text"].startswith("*New failure group* in Acme: <https://dispatchlab.example.com/groups/")
+    assert "CUDA out of memory" in body["text"] and "`oom`" in body["text"]
+    assert f"/reports/{report.id}/|" in body["text"] and "sm_90" in body["text"]
+    assert body["blocks"][0]["text"]["text"] == body["text"]
+
+
+def test_the_slack_text_escapes_what_people_wrote(acme, receiver, django_capture_on_commit_callbacks):
+    endpoint(acme, receiver.url, kind="slack", events=["decision.stale"])
+    with django_capture_on_commit_callbacks(execute=True):
+        services.notify_decision_stale(
+            project=acme, record_id=7, number=7, title="<!channel> & |x|", reason="r", url="/decisions/7/"
+        )
+    text = receiver.json()["text"]
+    assert "<!channel>" not in text and "&lt;!channel&gt; &amp; ¦x¦" in text
+
+
+def test_a_stale_decision_is_sent_with_its_record(acme, receiver, django_capture_on_commit_callbacks):
+    endpoint(acme, receiver.url, events=["decision.stale"])
+    with django_capture_on_commit_callbacks(execute=True):
+        stale(acme.id)  # the decisions app may pass the project's id
+    payload = receiver.json()
+    assert payload["event"] == "decision.stale"
+    assert payload["decision"] == {
+        "id": 43,
+        "number": 3,
+        "label": "DR-3",
+        "title": "MTP off on sm_120",
+        "reason": "a log shows flashinfer 0.6.2",
+        "url": "https://dispatchlab.example.com/decisions/43/",
+    }
+
+
+# ---------------------------------------------------------------- closed groups coming back
+
+
+def _fixed_confirm(report: Report, make_report: Any, make_document: Any) -> ConfirmRun:
+    """A confirm run of `report` whose output report has just been parsed: healthy, smoke answered."""
+    output = make_report(
+        report.project,
+        document=make_document(matches=[], failure_class="none", crash=None, outcome="serving"),
+    )
+    confirm = ConfirmRun.objects.create(
+        project=report.project,
+        report=report,
+        status=ConfirmRun.Status.PARSING,
+        queue="gpu.sm_90",
+        launcher="sglang",
+        result={"ready": True, "smoke": {"text": "Paris", "garbage": {"garbage": False}}},
+        result_report=output,
+    )
+    assert confirm_report_parsed(report_id=output.id).status == ConfirmRun.Status.FIXED
+    return confirm
+
+
+def test_a_group_closed_by_a_fixed_confirm_that_gets_a_new_report_emits_group_returned(
+    acme, land, receiver, make_report, make_document
+):
+    endpoint(acme, receiver.url)
+    crash = land(b"one\n")
+    confirm = _fixed_confirm(crash, make_report, make_document)
+    closure = GroupClosure.objects.get(group=crash.group)
+    assert closure.closed_at is not None and closure.closed_kind == "fix_confirmed"
+    assert closure.closed_reason == f"fix confirmed by confirm run {confirm.id}"
+
+    again = land(b"two\n")
+    assert again.group_id == crash.group_id
+    assert len(receiver.requests) == 2
+    payload = receiver.json()
+    assert payload["event"] == "group.returned" and payload["report"]["id"] == again.id
+    assert payload["group"]["closed"]["reason"] == f"fix confirmed by confirm run {confirm.id}"
+    assert payload["group"]["closed"]["kind"] == "fix_confirmed"
+    closure.refresh_from_db()
+    assert closure.closed_at is None and closure.reopened_by == again and closure.times_reopened == 1
+    # open again: a third report is no news
+    land(b"three\n")
+    assert len(receiver.requests) == 2
+
+
+def test_a_group_closed_by_an_accepted_decision_comes_back_too(acme, land, enqueued):
+    endpoint(acme)
+    crash = land(b"one\n")
+    closed = services.groups_close(
+        project_id=acme.id,
+        fingerprints=[crash.fingerprint],
+        kind=GroupClosure.Kind.DECISION_ACCEPTED,
+        reason="DR-3 accepted: MTP off on sm_120",
+    )
+    assert closed == 1
+    assert not services.group_close(group=crash.group, kind="decision_accepted", reason="again")
+    land(b"two\n")
+    event = Event.objects.get(kind="group.returned")
+    assert event.payload["group"]["closed"]["reason"] == "DR-3 accepted: MTP off on sm_120"
+
+
+def test_a_rematch_into_a_closed_group_is_not_a_return(acme, land, enqueued, make_document, core):
+    from dispatchlab.reports.services import report_rematch
+
+    endpoint(acme)
+    crash = land(b"one\n")
+    services.group_close(group=crash.group, kind="fix_confirmed", reason="fixed")
+    # an old report moved by a re-match is no news, nor is a new group it makes
+    report_rematch(report_id=crash.id)
+    core["document"] = make_document(fingerprint="e" * 16)
+    report_analyze(report_id=crash.id)
+    assert Event.objects.count() == 1
+
+
+# ---------------------------------------------------------------- retries, pausing
+
+
+def test_a_delivery_is_retried_on_5xx_and_every_attempt_is_recorded(acme, land, receiver):
+    endpoint(acme, receiver.url)
+    receiver.script = [500, 503]
+    land(b"one\n")
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.DELIVERED and delivery.attempts == 3
+    attempts = list(delivery.attempt_rows.order_by("number"))
+    assert [(a.number, a.status_code, a.outcome) for a in attempts] == [
+        (1, 500, "retry"),
+        (2, 503, "retry"),
+        (3, 200, "ok"),
+    ]
+    assert attempts[0].error == "HTTP 500 Internal Server Error"
+    assert attempts[0].response_snippet == "upstream unavailable" and attempts[2].response_snippet == "ok"
+    assert len({r["headers"]["X-Dispatchlab-Delivery"] for r in receiver.requests}) == 1
+
+
+def test_a_4xx_is_not_retried_but_429_is(acme, land, receiver):
+    hook = endpoint(acme, receiver.url)
+    receiver.script = [404]
+    land(b"one\n")
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.FAILED and delivery.attempts == 1
+    assert delivery.error == "HTTP 404 Not Found"
+    hook.refresh_from_db()
+    assert hook.consecutive_failures == 1 and hook.last_error == "HTTP 404 Not Found"
+
+    receiver.script = [429]
+    with_429 = services.endpoint_send_test(endpoint=hook, user=None)  # its task is not sent: no commit
+    with pytest.raises(services.DeliveryUnavailable):
+        services.delivery_send(delivery_id=with_429.id)
+    assert services.delivery_send(delivery_id=with_429.id) == services.SendOutcome.DELIVERED
+    hook.refresh_from_db()
+    assert hook.consecutive_failures == 0
+
+
+def test_a_connection_error_is_recorded_and_retried_until_attempts_run_out(acme, settings):
+    settings.DISPATCHLAB_NOTIFY_MAX_ATTEMPTS = 2
+    hook = endpoint(acme, "http://127.0.0.1:9/nobody-listens")
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    with pytest.raises(services.DeliveryUnavailable) as unavailable:
+        services.delivery_send(delivery_id=delivery.id)
+    assert unavailable.value.countdown >= 0
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.FAILED
+    assert delivery.error == "connection refused (gave up after 2 attempts)"
+    assert [a.status_code for a in delivery.attempt_rows.all()] == [None, None]
+    # a finished delivery is not sent twice
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FINISHED
+
+
+def test_a_redirect_is_not_followed(acme, land, receiver):
+    endpoint(acme, receiver.url)
+    receiver.script = [302]
+    land(b"one\n")
+    assert [r["path"] for r in receiver.requests] == ["/hook"]
+    delivery = Delivery.objects.get()
+    assert delivery.status == Delivery.Status.FAILED and delivery.error == "HTTP 302 Found"
+
+
+def test_a_slow_endpoint_times_out_and_is_retried(acme, receiver, settings):
+    settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = 0.2
+    hook = endpoint(acme, receiver.url)
+    receiver.delay = 1.0
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    with pytest.raises(services.DeliveryUnavailable, match=r"timed out after 0\.2 s"):
+        services.delivery_send(delivery_id=delivery.id)
+    attempt = delivery.attempt_rows.get()
+    assert attempt.status_code is None and attempt.outcome == "retry" and 150 <= attempt.duration_ms < 1000
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.PENDING and delivery.next_attempt_at >= attempt.started_at
+
+
+def test_a_delivery_whose_message_was_lost_is_sent_again_by_the_sweep(acme, enqueued):
+    hook = endpoint(acme)
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    assert services.deliveries_requeue_stale() == 0
+    Delivery.objects.filter(id=delivery.id).update(
+        next_attempt_at=delivery.created_at - timedelta(minutes=10)
+    )
+    assert services.deliveries_requeue_stale() == 1 and enqueued == [delivery.id]
+
+
+def test_the_backoff_grows_exponentially_with_jitter(settings):
+    settings.DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS = 4.0
+    for attempt, ceiling in ((1, 4), (2, 8), (3, 16), (5, 64)):
+        delays = {services.retry_delay(attempt) for _ in range(20)}
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
+    assert services.retry_delay(1, retry_after=30) == 30
+
+
+def test_five_failures_in_a_row_pause_the_endpoint_and_the_page_says_so(
+    acme, alice_client, receiver, settings, django_capture_on_commit_callbacks
+):
+    settings.DISPATCHLAB_NOTIFY_MAX_ATTEMPTS = 2
+    hook = endpoint(acme, receiver.url, events=["decision.stale"])
+    receiver.default = 500
+    for number in range(1, 6):
+        with django_capture_on_commit_callbacks(execute=True):
+            stale(acme, number)
+    hook.refresh_from_db()
+    assert hook.is_paused and hook.consecutive_failures == 5
+    assert len(receiver.requests) == 10  # 5 deliveries, 2 attempts each
+    # further events are recorded as skipped, not sent
+    with django_capture_on_commit_callbacks(execute=True):
+        stale(acme, 6)
+    assert len(receiver.requests) == 10
+    skipped = Delivery.objects.get(event__payload__decision__number=6)
+    assert skipped.status == Delivery.Status.SKIPPED and skipped.attempts == 0
+
+    page = text_of(
+        alice_client.get(reverse("front:notify_endpoint", args=["acme", hook.pk])).content.decode()
+    )
+    since = hook.paused_at.strftime("%Y-%m-%d %H:%M")
+    assert (
+        f"Paused after 5 failed deliveries in a row since {since}; last error: HTTP 500 Internal Server Error."
+        in page
+    )
+    assert "Resume" in page and "skipped" in page and "HTTP 500" in page
+    listing = text_of(alice_client.get(reverse("front:notify_project", args=["acme"])).content.decode())
+    assert "paused" in listing
+
+
+def test_resume_sends_new_events_again(
+    acme, alice_client, receiver, settings, django_capture_on_commit_callbacks
+):
+    hook = endpoint(acme, receiver.url, events=["decision.stale"])
+    hook.paused_at, hook.paused_reason, hook.consecutive_failures = hook.created_at, "after 5 failed", 5
+    hook.save()
+    response = alice_client.post(reverse("front:notify_resume", args=["acme", hook.pk]))
+    assert response.status_code == 302
+    hook.refresh_from_db()
+    assert not hook.is_paused and hook.consecutive_failures == 0
+    with django_capture_on_commit_callbacks(execute=True):
+        stale(acme)
+    assert len(receiver.requests) == 1 and Delivery.objects.get().status == Delivery.Status.DELIVERED
+
+
+def test_a_member_pauses_by_hand_and_a_test_event_still_goes_out(
+    acme, alice_client, receiver, django_capture_on_commit_callbacks
+):
+    hook = endpoint(acme, receiver.url)
+    alice_client.post(reverse("front:notify_pause", args=["acme", hook.pk]))
+    hook.refresh_from_db()
+    assert hook.is_paused and hook.paused_reason == "by alice"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_client.post(reverse("front:notify_test", args=["acme", hook.pk]))
+    assert response.status_code == 302
+    assert receiver.json()["event"] == "test" and "sent by alice" in receiver.json()["message"]
+    page = text_of(
+        alice_client.get(reverse("front:notify_endpoint", args=["acme", hook.pk])).content.decode()
+    )
+    assert "Paused by alice since" in page and "test event" in page and "HTTP 200" in page
+
+
+# ---------------------------------------------------------------- pages
+
+
+def test_a_member_adds_an_endpoint_and_sees_its_secret(alice_client, acme):
+    response = alice_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {
+            "url": "https://chat.internal/hooks/abc",
+            "kind": "slack",
+            "events": ["group.new"],
+            "name": "#oncall",
+        },
+    )
+    hook = Endpoint.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("front:notify_endpoint", args=["acme", hook.pk]) + "?created=1"
+    assert hook.kind == "slack" and hook.events == ["group.new"] and hook.name == "#oncall"
+    page = alice_client.get(response["Location"]).content.decode()
+    assert hook.secret in page and "Send a test event" in page
+
+
+def test_private_addresses_are_allowed(alice_client, acme):
+    for url in ("http://10.0.0.5:8065/hooks/x", "http://mattermost/hooks/y", "https://[::1]/z"):
+        response = alice_client.post(
+            reverse("front:notify_project", args=["acme"]),
+            {"url": url, "kind": "generic", "events": ["group.new"]},
+        )
+        assert response.status_code == 302, url
+    assert Endpoint.objects.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://user:secret@chat.internal/hook", "Put no user name or password in the URL"),
+        ("https://token@chat.internal/hook", "Put no user name or password in the URL"),
+        ("ftp://chat.internal/hook", "Only http:// and https:// URLs can receive events (ftp: is refused)."),
+        ("file:///etc/passwd", "Only http:// and https:// URLs can receive events (file: is refused)."),
+        ("javascript:alert(1)", "Only http:// and https:// URLs can receive events"),
+        ("chat.internal/hook", "Only http:// and https:// URLs can receive events (no scheme is refused)."),
+        ("http:///hook", "The URL has no host name."),
+    ],
+)
+def test_urls_with_credentials_or_other_schemes_are_refused_with_a_message(alice_client, acme, url, message):
+    response = alice_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {"url": url, "kind": "generic", "events": ["group.new"]},
+    )
+    assert response.status_code == 400
+    assert message in html.unescape(response.content.decode())
+    assert not Endpoint.objects.exists()
+
+
+def test_an_endpoint_needs_an_event(alice_client, acme):
+    response = alice_client.post(
+        reverse("front:notify_project", args=["acme"]), {"url": "https://chat.internal/h", "kind": "generic"}
+    )
+    assert response.status_code == 400 and "Choose at least one event" in response.content.decode()
+
+
+def test_a_viewer_reads_but_cannot_add_endpoints(bob_client, acme):
+    hook = endpoint(acme, "https://hooks.slack.com/services/T000/B000/secret-token", kind="slack")
+    response = bob_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {"url": "https://chat.internal/hook", "kind": "generic", "events": ["group.new"]},
+    )
+    assert response.status_code == 403
+    assert Endpoint.objects.count() == 1
+    listing = bob_client.get(reverse("front:notify_project", args=["acme"])).content.decode()
+    assert "Add an endpoint" not in listing and "secret-token" not in listing
+    assert "https://hooks.slack.com/services/…" in listing
+    detail = bob_client.get(reverse("front:notify_endpoint", args=["acme", hook.pk])).content.decode()
+    assert hook.secret not in detail and "secret-token" not in detail and "Send a test event" not in detail
+    for action in ("notify_test", "notify_pause", "notify_resume", "notify_delete"):
+        assert bob_client.post(reverse(f"front:{action}", args=["acme", hook.pk])).status_code == 403
+    assert Endpoint.objects.filter(pk=hook.pk, paused_at__isnull=True).exists()
+
+
+def test_an_outsider_gets_404(charlie_client, acme):
+    hook = endpoint(acme)
+    assert charlie_client.get(reverse("front:notify_project", args=["acme"])).status_code == 404
+    assert charlie_client.get(reverse("front:notify_endpoint", args=["acme", hook.pk])).status_code == 404
+    response = charlie_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {"url": "https://chat.internal/hook", "kind": "generic", "events": ["group.new"]},
+    )
+    assert response.status_code == 404
+    for action in ("notify_test", "notify_pause", "notify_resume", "notify_delete"):
+        assert charlie_client.post(reverse(f"front:{action}", args=["acme", hook.pk])).status_code == 404
+    # nor under charlie's own project
+    assert charlie_client.get(reverse("front:notify_endpoint", args=["umbrella", hook.pk])).status_code == 404
+    assert Endpoint.objects.filter(pk=hook.pk, paused_at__isnull=True).exists()
+
+
+def test_the_nav_leads_to_the_only_project(alice_client, acme):
+    page = alice_client.get(reverse("front:report_list")).content.decode()
+    assert f'href="{reverse("front:notifications")}"' in page and ">Notifications<" in page
+    response = alice_client.get(reverse("front:notifications"))
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "front:notify_project", args=["acme"]
+    )
+
+
+def test_a_member_deletes_an_endpoint(alice_client, acme):
+    hook = endpoint(acme)
+    response = alice_client.post(reverse("front:notify_delete", args=["acme", hook.pk]))
+    assert response.status_code == 302 and not Endpoint.objects.exists()
+
+
+def test_the_notifyendpoint_command_prints_the_secret_last(acme, capsys):
+    call_command(
+        "notifyendpoint",
+        "--project",
+        "acme",
+        "--url",
+        "http://127.0.0.1:8065/hooks/x",
+        "--event",
+        "group.new",
+    )
+    hook = Endpoint.objects.get()
+    assert capsys.readouterr().out.strip().splitlines()[-1] == hook.secret
+    assert hook.events == ["group.new"] and hook.kind == "generic"
+
+
+def test_the_task_retries_an_unavailable_endpoint_after_the_services_countdown(monkeypatch):
+    from dispatchlab.notify.tasks import delivery_send_task
+
+    def unavailable(*, delivery_id: int) -> None:
+        raise services.DeliveryUnavailable("HTTP 502 Bad Gateway", countdown=7.5)
+
+    asked: dict[str, Any] = {}
+
+    def retry(**kwargs: Any) -> Exception:
+        asked.update(kwargs)
+        return RuntimeError("retried")
+
+    monkeypatch.setattr(services, "delivery_send", unavailable)
+    monkeypatch.setattr(delivery_send_task, "retry", retry)
+    with pytest.raises(RuntimeError, match="retried"):
+        delivery_send_task.run(12)
+    assert asked["countdown"] == 7.5 and isinstance(asked["exc"], services.DeliveryUnavailable)
+
+
+def test_accepting_a_decision_linked_to_a_group_closes_it_so_its_next_crash_is_news(acme, land, enqueued):
+    from dispatchlab.decisions.services import decision_create, decision_update
+
+    endpoint(acme)
+    crash = land(b"one\n")
+    record = decision_create(
+        project=acme,
+        user=None,
+        data={"title": "MTP off on sm_120", "status": "proposed", "links": {"groups": [crash.fingerprint]}},
+    )
+    assert not GroupClosure.objects.filter(group=crash.group, closed_at__isnull=False).exists()
+    decision_update(decision=record, user=None, data={"status": "accepted"})
+    closure = GroupClosure.objects.get(group=crash.group)
+    assert (
+        closure.closed_kind == GroupClosure.Kind.DECISION_ACCEPTED and record.label in closure.closed_reason
+    )
+    land(b"two\n")
+    assert Event.objects.filter(kind="group.returned").count() == 1
+
+
+def test_a_decision_turning_stale_notifies_the_projects_endpoints(
+    acme, enqueued, django_capture_on_commit_callbacks
+):
+    from dispatchlab.decisions.models import Decision
+    from dispatchlab.decisions.services import on_stale
+
+    endpoint(acme, events=[EventKind.DECISION_STALE.value])
+    record = Decision.objects.create(
+        project=acme,
+        number=7,
+        title="MTP off on sm_120",
+        stale=True,
+        stale_reason="report 9 shows flashinfer 0.7.1",
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        on_stale(record)
+    event = Event.objects.get(kind=EventKind.DECISION_STALE.value)
+    assert "flashinfer 0.7.1" in json.dumps(event.payload)
+    assert len(enqueued) == 1
