@@ -355,7 +355,8 @@ def test_the_github_actions_snippet_reports_a_failed_job(stack, crash_log, tmp_p
     done, pip_calls = ci_shell(tmp_path, step["run"], clean_env(**runner, **step_env), crash_log)
     assert done.returncode == 0, done.stderr
     assert "install" in pip_calls.read_text() and "dispatchlab" in pip_calls.read_text()
-    assert "failure class  oom" in done.stdout and "cuda-out-of-memory" in done.stdout
+    assert "failure class  oom" in done.stdout, done.stdout + stack.worker_tail()
+    assert "cuda-out-of-memory" in done.stdout
     row = stack.row(report_id(done.stdout))
     assert row["ci_job"] == "serve / serve"
     assert row["ci_commit"] == sha
@@ -393,7 +394,8 @@ def test_the_gitlab_snippet_reports_a_failed_job_and_stays_quiet_otherwise(stack
     )
     assert done.returncode == 0, done.stderr
     assert "install" in pip_calls.read_text()
-    assert "failure class  oom" in done.stdout and "cuda-out-of-memory" in done.stdout
+    assert "failure class  oom" in done.stdout, done.stdout + stack.worker_tail()
+    assert "cuda-out-of-memory" in done.stdout
     row = stack.row(report_id(done.stdout))
     assert (row["ci_job"], row["ci_commit"]) == ("serve", sha)
     assert row["ci_url"] == f"https://gitlab.example.com/acme/serving/-/jobs/{job_id}"
