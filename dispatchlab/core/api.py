@@ -17,7 +17,7 @@ __all__ = ["LogReadError", "ProgressCallback", "analyze_paths", "match_document"
 def parse_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | None = None) -> dict[str, Any]:
     """Parse one or several logs (several files make one document, in the given order).
 
-    Returns the JSON-able parsed document of CONTRACT.md. Raises LogReadError with a one-line,
+    Returns the JSON-able parsed document of docs/contract.md. Raises LogReadError with a one-line,
     human-readable reason when an input is not a readable log.
     """
     from dispatchlab.core.parser import parse_sources
@@ -27,7 +27,7 @@ def parse_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | Non
 
 
 def analyze_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | None = None) -> dict[str, Any]:
-    """Parse, then match the knowledge base: the `match` document of CONTRACT.md."""
+    """Parse, then match the knowledge base: the `match` document of docs/contract.md."""
     from dispatchlab.core.matching import analyze_sources
     from dispatchlab.core.reading import open_sources
 

@@ -60,7 +60,7 @@ class DecisionsReadError(LogReadError):
 
 
 class DecisionRef(TypedDict):
-    """A record as a match document lists it (CONTRACT.md: id, number, title, status, stale; the rest
+    """A record as a match document lists it (docs/contract.md: id, number, title, status, stale; the rest
     extends it so the CLI can say what the page says)."""
 
     id: int

@@ -1,4 +1,4 @@
-"""Decision records as JSON, where they leave the process (API, export): the CONTRACT.md shape."""
+"""Decision records as JSON, where they leave the process (API, export): the docs/contract.md shape."""
 
 from __future__ import annotations
 

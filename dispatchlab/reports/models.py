@@ -117,7 +117,7 @@ class Report(models.Model):
     checksum = models.CharField(max_length=64)  # sha256 over the uploaded bytes, in order
     total_bytes = models.BigIntegerField(default=0)
 
-    document = models.JSONField(null=True, blank=True)  # the `match` document of CONTRACT.md
+    document = models.JSONField(null=True, blank=True)  # the `match` document of docs/contract.md
     # Denormalised from the document, for lists and filters.
     failure_class = models.CharField(max_length=40, blank=True, db_index=True)
     top_match_id = models.CharField(max_length=200, blank=True)

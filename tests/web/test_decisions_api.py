@@ -1,4 +1,4 @@
-"""The decision records' JSON API (CONTRACT.md) as alice (member of acme), bob (acme viewer), a read-only
+"""The decision records' JSON API (docs/contract.md) as alice (member of acme), bob (acme viewer), a read-only
 token, charlie (umbrella only) and nobody call it; the export that `dispatchlab match --decisions` reads."""
 
 from __future__ import annotations
