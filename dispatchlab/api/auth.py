@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
@@ -51,6 +53,23 @@ def error(message: str, status: int, **headers: str) -> JsonResponse:
     for name, value in headers.items():
         response[name.replace("_", "-")] = value
     return response
+
+
+def json_body(request: HttpRequest, *, limit: int, what: str = "") -> dict[str, Any] | JsonResponse:
+    """The body as a JSON object (an empty body is {}), or the error to answer: 413 past `limit` bytes
+    (by the declared length, before reading), 400 for what is not a JSON object."""
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if not (declared.isascii() and declared.isdigit()):
+        return error("Content-Length must be a number of bytes", 400)
+    if int(declared) > limit or len(request.body) > limit:
+        return error(f"the request body is larger than {limit:,} bytes", 413)
+    try:
+        body = json.loads(request.body or b"{}")
+    except (ValueError, RecursionError) as failure:  # not JSON, not UTF-8, or nested past reading
+        return error(f"the body is not JSON: {failure}", 400)
+    if not isinstance(body, dict):
+        return error(f"the body must be a JSON object{what}", 400)
+    return body
 
 
 def _csrf_failure(request: HttpRequest) -> JsonResponse | None:

@@ -10,25 +10,38 @@ apply, no pages), which `dispatchlab match LOG --decisions FILE` reads.
 
 from __future__ import annotations
 
-import json
 from typing import Any
-from urllib.parse import urlencode
 
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods
 
-from dispatchlab.api.auth import Caller, authenticate, error
+from dispatchlab.api.auth import Caller, authenticate, error, json_body
+from dispatchlab.api.pagination import paginate
+from dispatchlab.api.schema import operation, route
+from dispatchlab.api.shapes import Error, Invalid
 from dispatchlab.decisions.models import Decision, DecisionEdit, DecisionLink
-from dispatchlab.decisions.serialize import decision_json, edit_json
-from dispatchlab.decisions.services import DecisionInvalid, decision_create, decision_update
+from dispatchlab.decisions.serialize import (
+    Decision as DecisionShape,
+)
+from dispatchlab.decisions.serialize import (
+    DecisionCreate,
+    DecisionExport,
+    DecisionFields,
+    DecisionHistory,
+    DecisionListQuery,
+    DecisionPage,
+    decision_json,
+    edit_json,
+)
+from dispatchlab.decisions.services import DecisionInvalid, decision_create
+from dispatchlab.decisions.services import decision_update as update
 from dispatchlab.reports.models import Project
 
-DEFAULT_LIMIT = 20
-MAX_LIMIT = 100
 MAX_BODY = 1024 * 1024
+NOT_FOUND = (Error, "No such record, or not in the caller's projects.")
+REFUSED = (Error, "A read-only token, a viewer, or a failed CSRF check.")
+NOT_VALID = (Invalid, "The record is not valid; `fields` says what, by field.")
 SET_BY_LOGS = "is set when a log of the project meets revisit_when; change revisit_when to clear it"
 READ_ONLY = {
     "id": "is given by the server",
@@ -68,15 +81,7 @@ def _write_refusal(caller: Caller, project: Project) -> JsonResponse | None:
 
 
 def _body(request: HttpRequest) -> dict[str, Any] | JsonResponse:
-    if len(request.body) > MAX_BODY:
-        return error(f"the request body is larger than {MAX_BODY:,} bytes", 413)
-    try:
-        body = json.loads(request.body or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as failure:
-        return error(f"the body is not JSON: {failure}", 400)
-    if not isinstance(body, dict):
-        return error("the body must be a JSON object (a decision record's fields)", 400)
-    return body
+    return json_body(request, limit=MAX_BODY, what=" (a decision record's fields)")
 
 
 def _pick_project(caller: Caller, requested: Any) -> Project | JsonResponse:
@@ -112,94 +117,83 @@ def _refuse_read_only(body: dict[str, Any], current: dict[str, Any] | None) -> J
     return None
 
 
-def _with_page(request: HttpRequest, page: int) -> str:
-    query = request.GET.copy()
-    query["page"] = str(page)
-    return request.build_absolute_uri(request.path) + "?" + urlencode(sorted(query.items()))
-
-
-def _positive(request: HttpRequest, name: str, default: int) -> int | None:
-    raw = request.GET.get(name, "").strip()
-    if not raw:
-        return default
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or int(raw) < 1:
-        return None
-    return int(raw)
-
-
-def _filtered(request: HttpRequest, caller: Caller) -> QuerySet[Decision] | JsonResponse:
+def _filtered(caller: Caller, query: DecisionListQuery) -> QuerySet[Decision] | JsonResponse:
     found = _visible(caller)
-    params = request.GET
-    if params.get("project"):
-        project = caller.projects().filter(Q(slug=params["project"]) | Q(name=params["project"])).first()
+    if query.get("project"):
+        project = caller.projects().filter(Q(slug=query["project"]) | Q(name=query["project"])).first()
         if project is None:
             return error("no such project", 404)
         found = found.filter(project=project)
-    if params.get("status"):
-        if params["status"] not in Decision.Status.values:
-            return error(f"status must be one of {', '.join(Decision.Status.values)}", 400)
-        found = found.filter(status=params["status"])
-    if params.get("stale"):
-        value = params["stale"].lower()
-        if value not in ("true", "false", "1", "0"):
-            return error("stale must be true or false", 400)
-        found = found.filter(stale=value in ("true", "1"))
+    if query.get("status"):
+        found = found.filter(status=query["status"])
+    if "stale" in query:
+        found = found.filter(stale=query["stale"])
     for param, kind in (
         ("group", DecisionLink.Kind.GROUP),
         ("signature", DecisionLink.Kind.SIGNATURE),
         ("report", DecisionLink.Kind.REPORT),
     ):
-        if params.get(param):
-            found = found.filter(links__kind=kind, links__target=params[param].strip().lower())
+        if param in query:
+            found = found.filter(links__kind=kind, links__target=str(query[param]).strip().lower())  # type: ignore[literal-required]
     return found.distinct()
 
 
-@csrf_exempt  # session callers are CSRF-checked in authenticate(); token callers need not be
-@require_http_methods(["GET", "POST"])
-def decisions(request: HttpRequest) -> HttpResponse:
+@operation(
+    "GET",
+    "decisions_list",
+    summary="Decision records of the caller's projects, by project and newest first, a page at a time",
+    description=(
+        'With ?format=export: every matching record as `{"decisions": [...]}`, no pages; the file '
+        "`dispatchlab match LOG --decisions FILE` reads."
+    ),
+    query=DecisionListQuery,
+    answers={
+        200: (DecisionPage | DecisionExport, "A page of records (or, with ?format=export, all of them)."),
+        404: (Error, "No such project among the caller's."),
+    },
+    tags=("decisions",),
+)
+def decisions_list(request: HttpRequest, *, query: DecisionListQuery) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
-    if request.method == "POST":
-        return _create(request, caller)
-    found = _filtered(request, caller)
+    found = _filtered(caller, query)
     if isinstance(found, JsonResponse):
         return found
-    fmt = request.GET.get("format", "")
-    if fmt == "export":
-        records = list(found.order_by("project__slug", "number"))
+    if query.get("format") == "export":
+        records = [decision_json(d, request=request) for d in found.order_by("project__slug", "number")]
         return JsonResponse(
-            {
-                "decisions": [decision_json(d, request=request) for d in records],
-                "count": len(records),
-                "exported": timezone.now().isoformat(),
-            }
+            DecisionExport(decisions=records, count=len(records), exported=timezone.now().isoformat())
         )
-    if fmt:
-        return error(
-            "format must be 'export' (every record, for `dispatchlab match --decisions`) or absent", 400
-        )
-    page, limit = _positive(request, "page", 1), _positive(request, "limit", DEFAULT_LIMIT)
-    if page is None:
-        return error("page must be a positive integer", 400)
-    if limit is None:
-        return error(f"limit must be a positive integer (at most {MAX_LIMIT})", 400)
-    limit = min(limit, MAX_LIMIT)
-    found = found.order_by("project__slug", "-number")
-    count = found.count()
-    start = (page - 1) * limit
-    results = [decision_json(d, request=request) for d in found[start : start + limit]]
+    page = paginate(request, query, found.order_by("project__slug", "-number"))
     return JsonResponse(
-        {
-            "results": results,
-            "count": count,
-            "next": _with_page(request, page + 1) if start + limit < count else None,
-            "previous": _with_page(request, page - 1) if page > 1 else None,
-        }
+        DecisionPage(
+            results=[decision_json(d, request=request) for d in page.items],
+            count=page.count,
+            next=page.next,
+            previous=page.previous,
+        )
     )
 
 
-def _create(request: HttpRequest, caller: Caller) -> HttpResponse:
+@operation(
+    "POST",
+    "decisions_create",
+    summary="Record a decision (members only); `project` is needed by a member of several projects",
+    body={"application/json": DecisionCreate},
+    answers={
+        201: (DecisionShape, "Created."),
+        400: NOT_VALID,
+        403: REFUSED,
+        404: (Error, "No such project among the caller's."),
+        413: Error,
+    },
+    tags=("decisions",),
+)
+def decisions_create(request: HttpRequest) -> HttpResponse:
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
     if caller.token is not None and caller.token.read_only:
         return error("this token is read-only", 403)
     body = _body(request)
@@ -222,17 +216,51 @@ def _create(request: HttpRequest, caller: Caller) -> HttpResponse:
     return JsonResponse(decision_json(decision, request=request), status=201)
 
 
-@csrf_exempt  # session callers are CSRF-checked in authenticate(); token callers need not be
-@require_http_methods(["GET", "PATCH"])
-def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
+decisions = route(decisions_list, decisions_create)
+
+
+@operation(
+    "GET",
+    "decisions_read",
+    summary="A decision record",
+    answers={200: (DecisionShape, "The record."), 404: NOT_FOUND},
+    tags=("decisions",),
+)
+def decision_read(request: HttpRequest, decision_id: int) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
     decision = _visible(caller).filter(id=decision_id).first()
     if decision is None:
         return error("no such decision record", 404)
-    if request.method == "GET":
-        return JsonResponse(decision_json(decision, request=request))
+    return JsonResponse(decision_json(decision, request=request))
+
+
+@operation(
+    "PATCH",
+    "decisions_update",
+    summary="Change some fields (members only); each change is kept in the history",
+    description=(
+        "Fields not sent stay as they are; in `links`, kinds not sent stay too. Fields the server sets "
+        "(id, number, stale, ...) may be sent back unchanged."
+    ),
+    body={"application/json": DecisionFields},
+    answers={
+        200: (DecisionShape, "The record after the change."),
+        400: NOT_VALID,
+        403: REFUSED,
+        404: NOT_FOUND,
+        413: Error,
+    },
+    tags=("decisions",),
+)
+def decision_update(request: HttpRequest, decision_id: int) -> HttpResponse:
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    decision = _visible(caller).filter(id=decision_id).first()
+    if decision is None:
+        return error("no such decision record", 404)
     refusal = _write_refusal(caller, decision.project)
     if refusal is not None:
         return refusal
@@ -250,14 +278,23 @@ def decision_detail(request: HttpRequest, decision_id: int) -> HttpResponse:
     # A record as GET gave it, sent back whole: its unchanged fields are no edit.
     body = {name: value for name, value in body.items() if name not in current or value != current[name]}
     try:
-        decision_update(decision=decision, user=caller.user, data=body)
+        update(decision=decision, user=caller.user, data=body)
     except DecisionInvalid as invalid:
         return _invalid("the record is not valid", invalid.message_dict)
     decision = _visible(caller).get(id=decision.id)
     return JsonResponse(decision_json(decision, request=request))
 
 
-@require_GET
+decision_detail = route(decision_read, decision_update)
+
+
+@operation(
+    "GET",
+    "decisions_history",
+    summary="Every change of a record, oldest first: who, when, each field from what to what",
+    answers={200: (DecisionHistory, "The history."), 404: NOT_FOUND},
+    tags=("decisions",),
+)
 def decision_history(request: HttpRequest, decision_id: int) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
@@ -268,5 +305,5 @@ def decision_history(request: HttpRequest, decision_id: int) -> HttpResponse:
     edits = DecisionEdit.objects.filter(decision=decision).select_related("user").order_by("at", "id")
     results = [edit_json(edit) for edit in edits]
     return JsonResponse(
-        {"id": decision.id, "label": decision.label, "results": results, "count": len(results)}
+        DecisionHistory(id=decision.id, label=decision.label, results=results, count=len(results))
     )

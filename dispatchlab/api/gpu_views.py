@@ -2,76 +2,96 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 
-from dispatchlab.api.auth import authenticate, error
+from dispatchlab.api.auth import authenticate, error, json_body
+from dispatchlab.api.pagination import PageQuery, paginate
+from dispatchlab.api.schema import operation
+from dispatchlab.api.shapes import Confirm, ConfirmBody, ConfirmCreated, Error, Host, HostPage, Launch
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
 from dispatchlab.gpu.services import ConfirmRejected, confirm_create
 
 MAX_CONFIRM_BODY = 256 * 1024
 
 
-def host_json(host: GpuHost) -> dict[str, Any]:
-    return {
-        "name": host.name,
-        "alive": host.alive,
-        "busy": host.busy,
-        "last_seen": host.last_seen.isoformat(),
-        "first_seen": host.first_seen.isoformat(),
-        "arches": host.arches,
-        "queues": host.queues,
-        "gpus": host.gpus,
-        "links": host.inventory.get("links") or [],
-        "driver": host.inventory.get("driver"),
-        "versions": host.versions,
-        "launchers": host.launchers,
-        "model_roots": host.model_roots,
-    }
+def host_json(host: GpuHost) -> Host:
+    return Host(
+        name=host.name,
+        alive=host.alive,
+        busy=host.busy,
+        last_seen=host.last_seen.isoformat(),
+        first_seen=host.first_seen.isoformat(),
+        arches=host.arches,
+        queues=host.queues,
+        gpus=host.gpus,  # type: ignore[typeddict-item]
+        links=host.inventory.get("links") or [],
+        driver=host.inventory.get("driver"),
+        versions=host.versions,
+        launchers=host.launchers,
+        model_roots=host.model_roots,
+    )
 
 
-def confirm_json(request: HttpRequest, confirm: ConfirmRun) -> dict[str, Any]:
+def _launch(confirm: ConfirmRun) -> Launch:
+    return Launch(launcher=confirm.launcher, args=confirm.args, env=confirm.env)
+
+
+def confirm_json(request: HttpRequest, confirm: ConfirmRun) -> Confirm:
     result = confirm.result or {}
     new_report = confirm.result_report_id
-    return {
-        "id": confirm.id,
-        "status": confirm.status,
-        "error": confirm.error or None,
-        "report": confirm.report_id,
-        "arch": confirm.arch or None,
-        "queue": confirm.queue,
-        "signature": confirm.signature_id or None,
-        "launch": {"launcher": confirm.launcher, "args": confirm.args, "env": confirm.env},
-        "argv": confirm.argv,
-        "host": confirm.host_name or None,
-        "new_report": new_report,
-        "new_report_url": (
+    return Confirm(
+        id=confirm.id,
+        status=confirm.status,  # type: ignore[typeddict-item]
+        error=confirm.error or None,
+        report=confirm.report_id,
+        arch=confirm.arch or None,
+        queue=confirm.queue,
+        signature=confirm.signature_id or None,
+        launch=_launch(confirm),
+        argv=confirm.argv,
+        host=confirm.host_name or None,
+        new_report=new_report,
+        new_report_url=(
             request.build_absolute_uri(reverse("front:report", args=[new_report])) if new_report else None
         ),
-        "ready": result.get("ready"),
-        "ready_by": result.get("ready_by"),
-        "ready_seconds": result.get("ready_seconds"),
-        "smoke": result.get("smoke"),
-        "throughput": result.get("throughput") or [],
-        "probes": result.get("probes") or [],
-        "created_at": confirm.created_at.isoformat(),
-        "started_at": confirm.started_at.isoformat() if confirm.started_at else None,
-        "finished_at": confirm.finished_at.isoformat() if confirm.finished_at else None,
-        "url": request.build_absolute_uri(reverse("front:confirm", args=[confirm.id])),
-    }
+        ready=result.get("ready"),
+        ready_by=result.get("ready_by"),
+        ready_seconds=result.get("ready_seconds"),
+        smoke=result.get("smoke"),
+        throughput=result.get("throughput") or [],
+        probes=result.get("probes") or [],
+        created_at=confirm.created_at.isoformat(),
+        started_at=confirm.started_at.isoformat() if confirm.started_at else None,
+        finished_at=confirm.finished_at.isoformat() if confirm.finished_at else None,
+        url=request.build_absolute_uri(reverse("front:confirm", args=[confirm.id])),
+    )
 
 
-@require_GET
-def hosts(request: HttpRequest) -> HttpResponse:
+@operation(
+    "GET",
+    "hosts_list",
+    summary="GPU hosts from their heartbeats: alive or not, GPUs, versions, queues",
+    description="Hosts are shared by every project. A page holds 100 hosts unless ?limit says fewer.",
+    query=PageQuery,
+    answers={200: (HostPage, "The hosts, by name.")},
+    tags=("gpu",),
+)
+def hosts(request: HttpRequest, *, query: PageQuery) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
-    return JsonResponse({"results": [host_json(host) for host in GpuHost.objects.all()]})
+    page = paginate(request, query, GpuHost.objects.order_by("name"), default_limit=100)
+    return JsonResponse(
+        HostPage(
+            results=[host_json(host) for host in page.items],
+            count=page.count,
+            next=page.next,
+            previous=page.previous,
+        )
+    )
 
 
 def _patch(body: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -83,8 +103,26 @@ def _patch(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value
 
 
-@csrf_exempt  # session callers are CSRF-checked in authenticate(); token callers need not be
-@require_POST
+@operation(
+    "POST",
+    "reports_confirm",
+    summary="Queue a confirm run of the report's launch with its diagnosis's fix applied",
+    description=(
+        "The job waits in gpu.<arch of the report> until a GPU worker of that arch takes it. `command` "
+        "replaces the launch (a command line; no shell syntax); `args` / `env` replace the fix's patch (a "
+        "flag set to false is removed); `probes` names kernel probes or component:<name> to run afterwards."
+    ),
+    body={"application/json": ConfirmBody},
+    body_required=False,
+    answers={
+        201: (ConfirmCreated, "Queued (status waiting_for_host while no live host of its arch exists)."),
+        400: Error,
+        403: Error,
+        404: (Error, "No such report, or not in the caller's projects."),
+        413: Error,
+    },
+    tags=("gpu",),
+)
 def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
@@ -94,14 +132,9 @@ def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
         return error("no such report", 404)
     if not caller.can_write(report.project):
         return error("you may read this project's reports but not start runs", 403)
-    if len(request.body) > MAX_CONFIRM_BODY:
-        return error("the request body is too large", 413)
-    try:
-        body = json.loads(request.body or b"{}")
-    except json.JSONDecodeError as failure:
-        return error(f"the body is not JSON: {failure}", 400)
-    if not isinstance(body, dict):
-        return error("the body must be a JSON object", 400)
+    body = json_body(request, limit=MAX_CONFIRM_BODY)
+    if isinstance(body, JsonResponse):
+        return body
     try:
         command = body.get("command")
         if command is not None and not isinstance(command, str):
@@ -119,18 +152,27 @@ def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
         )
     except ConfirmRejected as rejected:
         return error(str(rejected), 400)
-    answer = {
-        "id": confirm.id,
-        "status": confirm.status,
-        "arch": confirm.arch or None,
-        "queue": confirm.queue,
-    }
-    answer["url"] = request.build_absolute_uri(reverse("front:confirm", args=[confirm.id]))
-    answer["launch"] = {"launcher": confirm.launcher, "args": confirm.args, "env": confirm.env}
+    answer = ConfirmCreated(
+        id=confirm.id,
+        status=confirm.status,  # type: ignore[typeddict-item]
+        arch=confirm.arch or None,
+        queue=confirm.queue,
+        url=request.build_absolute_uri(reverse("front:confirm", args=[confirm.id])),
+        launch=_launch(confirm),
+    )
     return JsonResponse(answer, status=201)
 
 
-@require_GET
+@operation(
+    "GET",
+    "confirms_read",
+    summary="A confirm run: status, the launch as an argument list, the new report, smoke, throughput, probes",
+    answers={
+        200: (Confirm, "The confirm run."),
+        404: (Error, "No such confirm run, or not in the caller's projects."),
+    },
+    tags=("gpu",),
+)
 def confirm_detail(request: HttpRequest, confirm_id: int) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):

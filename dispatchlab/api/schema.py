@@ -1,431 +1,415 @@
-"""The OpenAPI 3 description of the API, written by hand as a plain dict (served at /api/schema/)."""
+"""The OpenAPI document, generated from the code that answers the requests (served at /api/schema/).
+
+Nothing here describes an endpoint by hand:
+
+- paths, their parameters and methods come from the URLconf (`path("api/v1/reports/<int:report_id>",
+  ...)` is `/api/v1/reports/{id}`) and from the `@operation` declaration of each view;
+- every request and response body, query string and header set is a TypedDict (dispatchlab/api/shapes.py,
+  dispatchlab/decisions/serialize.py) that the views build their answers with; pydantic's TypeAdapter
+  turns those types into JSON Schema (components/schemas, by class name);
+- the same query TypedDict validates the query string before the view runs, so a value the document
+  refuses is a 400 naming the parameter and what it takes.
+
+`@operation(...)` makes a view: it answers a method it does not declare with a JSON 405 (and `Allow`),
+never Django's HTML page, and is CSRF-exempt (authenticate() checks session callers itself). `route(a, b)`
+joins the views of one path's methods into one.
+"""
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
-from dispatchlab.decisions.openapi import DECISION_PATHS, DECISION_SCHEMAS
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema
 
-STATUS = {"type": "string", "enum": ["queued", "parsing", "done", "failed"]}
-FAILURE_CLASSES = list(TAXONOMY)
+from dispatchlab.api.pagination import NO_NUL
+from dispatchlab.api.shapes import ERROR, INVALID
 
-CONFIRM_STATUS = {
-    "type": "string",
-    "enum": [
-        "waiting_for_host",
-        "queued",
-        "running",
-        "parsing",
-        "fixed",
-        "still_fails",
-        "garbage",
-        "refused",
-    ],
+TITLE = "dispatchlab API"
+REF_TEMPLATE = "#/components/schemas/{model}"
+STATUS_TEXT = {
+    200: "OK.",
+    201: "Created.",
+    400: "The request is malformed; the message says what to change.",
+    401: "Missing or invalid credentials (`WWW-Authenticate: Bearer`).",
+    403: "Not allowed: a read-only token, a viewer, or a failed CSRF check.",
+    404: "No such thing, or not in the caller's projects.",
+    413: "The body is larger than the server takes.",
 }
-HOST = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "alive": {"type": "boolean"},
-        "busy": {"type": "boolean"},
-        "last_seen": {"type": "string", "format": "date-time"},
-        "arches": {"type": "array", "items": {"type": "string"}},
-        "queues": {"type": "array", "items": {"type": "string"}},
-        "gpus": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
-                    "arch": {"type": ["string", "null"]},
-                    "memory_mib": {"type": "integer"},
-                },
-            },
+# Django's path converters as JSON Schema.
+CONVERTERS: dict[str, dict[str, Any]] = {
+    "int": {"type": "integer", "minimum": 0},
+    "slug": {"type": "string", "pattern": "^[-a-zA-Z0-9_]+$"},
+    "str": {"type": "string", "pattern": "^[^/]+$"},
+}
+ROUTE_PARAM = re.compile(r"<(?:(?P<converter>\w+):)?(?P<name>\w+)>")
+
+View = Callable[..., HttpResponse]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One method of one path, as the document shows it."""
+
+    method: str
+    id: str
+    summary: str
+    answers: Mapping[int, tuple[Any, str]]  # status -> (shape or None, description)
+    description: str = ""
+    query: Any = None  # a TypedDict of the query string, validated before the view runs
+    headers: Any = None  # a TypedDict of request headers (documented; the view reads them)
+    body: Mapping[str, Any] = field(default_factory=dict)  # media type -> shape
+    body_required: bool = True
+    public: bool = False  # no credentials needed (the schema itself, the signed CI webhook)
+    tags: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- views
+
+
+def _not_allowed(allowed: list[str]) -> JsonResponse:
+    response = JsonResponse(
+        {"error": f"this endpoint answers {', '.join(allowed)}, not this method"}, status=405
+    )
+    response["Allow"] = ", ".join(allowed)
+    return response
+
+
+def _dispatcher(handlers: dict[str, tuple[Operation, View]]) -> View:
+    def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        handler = handlers.get(request.method or "")
+        if handler is None:
+            return _not_allowed(list(handlers))
+        op, func = handler
+        if op.query is not None:
+            query = parse_query(request, op.query)
+            if isinstance(query, JsonResponse):
+                return query
+            kwargs["query"] = query
+        return func(request, **kwargs)
+
+    first = next(iter(handlers.values()))[1]
+    view.__name__ = first.__name__
+    view.__qualname__ = first.__qualname__
+    view.__module__ = first.__module__
+    view.__doc__ = first.__doc__
+    view.handlers = handlers  # type: ignore[attr-defined]
+    view.operations = {method: op for method, (op, _) in handlers.items()}  # type: ignore[attr-defined]
+    # Session callers are CSRF-checked in authenticate(); token callers and the signed webhook need not be.
+    return csrf_exempt(view)
+
+
+def operation(
+    method: str,
+    id: str,
+    *,
+    summary: str,
+    answers: Mapping[int, Any],
+    description: str = "",
+    query: Any = None,
+    headers: Any = None,
+    body: Mapping[str, Any] | None = None,
+    body_required: bool = True,
+    public: bool = False,
+    tags: tuple[str, ...] = (),
+) -> Callable[[View], View]:
+    """Declare a view's method for the document; `answers` maps a status to a shape (or to
+    `(shape, description)`; None for a shape is an answer without a JSON body)."""
+    declared = Operation(
+        method=method.upper(),
+        id=id,
+        summary=summary,
+        description=description,
+        answers={
+            status: answer if isinstance(answer, tuple) else (answer, STATUS_TEXT.get(status, ""))
+            for status, answer in answers.items()
         },
-        "links": {"type": "array", "items": {"type": "object"}},
-        "versions": {"type": "object"},
-        "launchers": {"type": "array", "items": {"type": "string"}},
-        "model_roots": {"type": "array", "items": {"type": "string"}},
-    },
-}
-LAUNCH = {
-    "type": "object",
-    "properties": {
-        "launcher": {"type": "string"},
-        "args": {"type": "array", "items": {"type": "string"}},
-        "env": {"type": "object"},
-    },
-}
-CONFIRM_CREATED = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "status": CONFIRM_STATUS,
-        "arch": {"type": ["string", "null"]},
-        "queue": {"type": "string"},
-        "url": {"type": "string"},
-        "launch": LAUNCH,
-    },
-}
-CONFIRM = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "integer"},
-        "status": CONFIRM_STATUS,
-        "error": {"type": ["string", "null"]},
-        "report": {"type": "integer"},
-        "arch": {"type": ["string", "null"]},
-        "queue": {"type": "string"},
-        "signature": {"type": ["string", "null"]},
-        "launch": LAUNCH,
-        "argv": {"type": "array", "items": {"type": "string"}},
-        "host": {"type": ["string", "null"]},
-        "new_report": {"type": ["integer", "null"]},
-        "ready": {"type": ["boolean", "null"]},
-        "smoke": {"type": ["object", "null"]},
-        "throughput": {"type": "array", "items": {"type": "object"}},
-        "probes": {"type": "array", "items": {"type": "object"}},
-    },
-}
+        query=query,
+        headers=headers,
+        body=dict(body or {}),
+        body_required=body_required,
+        public=public,
+        tags=tags,
+    )
+
+    def decorate(func: View) -> View:
+        return _dispatcher({declared.method: (declared, func)})
+
+    return decorate
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+def route(*views: View) -> View:
+    """One view for one path from the views of its methods (each made by @operation)."""
+    handlers: dict[str, tuple[Operation, View]] = {}
+    for view in views:
+        handlers.update(view.handlers)  # type: ignore[attr-defined]
+    return _dispatcher(handlers)
 
 
-def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+def operations_of(view: Any) -> dict[str, Operation]:
+    return dict(getattr(view, "operations", {}))
 
 
-ERRORS = {
-    "400": _json(_ref("Error"), "The request is malformed (the message says how)."),
-    "401": _json(_ref("Error"), "Missing or invalid credentials."),
-    "403": _json(_ref("Error"), "Read-only token, viewer role, or failed CSRF check."),
-    "413": _json(_ref("Error"), "The upload is larger than DISPATCHLAB_MAX_UPLOAD_BYTES."),
-}
-
-MATCH = {
-    "type": "object",
-    "properties": {
-        "id": {"type": "string"},
-        "title": {"type": "string"},
-        "failure_class": {"type": "string", "enum": FAILURE_CLASSES},
-        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-        "lines": {"type": "array", "items": {"type": "integer"}},
-        "facts": {"type": "object"},
-        "fix": {
-            "type": "object",
-            "properties": {
-                "summary": {"type": "string"},
-                "args": {"type": "object"},
-                "env": {"type": "object"},
-                "tried_and_failed": {"type": "array", "items": {"type": "string"}},
-            },
-        },
-        "decisions": {"type": "array", "items": _ref("DecisionRef")},
-    },
-}
-
-DOCUMENT = {
-    "type": "object",
-    "description": "The `match` document of CONTRACT.md; more fields may appear.",
-    "properties": {
-        "server": {"type": "string", "enum": ["sglang", "vllm", "unknown"]},
-        "server_version": {"type": ["string", "null"]},
-        "model": {"type": ["string", "null"]},
-        "gpu": {
-            "type": "object",
-            "properties": {
-                "name": {"type": ["string", "null"]},
-                "arch": {"type": ["string", "null"]},
-                "count": {"type": ["integer", "null"]},
-            },
-        },
-        "server_args": {"type": "object"},
-        "backends": {"type": "object", "additionalProperties": {"type": "string"}},
-        "draft_backends": {"type": "object", "additionalProperties": {"type": "string"}},
-        "timeline": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "line": {"type": "integer"},
-                    "time": {"type": ["string", "null"]},
-                    "rank": {"type": ["string", "null"]},
-                    "kind": {"type": "string", "enum": ["phase", "backend", "warning", "error", "metric"]},
-                    "name": {"type": "string"},
-                    "detail": {"type": "string"},
-                },
-            },
-        },
-        "tracebacks": {"type": "array", "items": {"type": "object"}},
-        "kernels": {"type": "array", "items": {"type": "string"}},
-        "crash": {"type": ["object", "null"]},
-        "outcome": {"type": "string", "enum": ["crashed", "ready", "serving", "incomplete"]},
-        "matches": {"type": "array", "items": MATCH},
-        "failure_class": {"type": "string", "enum": FAILURE_CLASSES},
-        "fingerprint": {"type": "string"},
-        "decisions": {"type": "array", "items": _ref("DecisionRef"), "description": "records linked to it"},
-    },
-}
-
-CREATED = {
-    "type": "object",
-    "required": ["id", "url", "status"],
-    "properties": {
-        "id": {"type": "integer"},
-        "url": {"type": "string", "format": "uri", "description": "the report's page"},
-        "status": STATUS,
-        "duplicate": {"type": "boolean", "description": "the same upload or delivery was already stored"},
-    },
-}
-
-REPORT = {
-    "type": "object",
-    "required": ["id", "status", "error", "document"],
-    "properties": {
-        "id": {"type": "integer"},
-        "url": {"type": "string", "format": "uri"},
-        "project": {"type": "string"},
-        "title": {"type": "string"},
-        "status": STATUS,
-        "progress": {"type": "number", "minimum": 0, "maximum": 100},
-        "error": {"type": ["string", "null"], "description": "why parsing failed, for people"},
-        "created_at": {"type": "string", "format": "date-time"},
-        "started_at": {"type": ["string", "null"], "format": "date-time", "description": "the latest claim"},
-        "finished_at": {"type": ["string", "null"], "format": "date-time"},
-        "parse_seconds": {"type": ["number", "null"], "description": "time the core took, in the worker"},
-        "failure_class": {"type": ["string", "null"]},
-        "document": {"oneOf": [_ref("Document"), {"type": "null"}]},
-    },
-}
-
-UPLOAD = {
-    "type": "object",
-    "required": ["file"],
-    "properties": {
-        "file": {
-            "type": "array",
-            "items": {"type": "string", "format": "binary"},
-            "description": "one log (.log, .txt, .gz, .zip); several files in this field make one report",
-        },
-        "title": {"type": "string"},
-        "launch_command": {"type": "string"},
-        "project": {
-            "type": "string",
-            "description": "project slug; needed only by a caller who can upload to several projects",
-        },
-    },
-}
-
-HOOK_JSON = {
-    "type": "object",
-    "required": ["log"],
-    "properties": {
-        "log": {"type": "string", "description": "the log text"},
-        "job": {"type": "string"},
-        "url": {"type": "string"},
-        "commit": {"type": "string"},
-        "title": {"type": "string"},
-        "launch_command": {"type": "string"},
-    },
-}
+# ---------------------------------------------------------------- the query string
 
 
-def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
+class _Quiet(GenerateJsonSchema):
+    """JSON Schema without the titles pydantic derives from names ("Id" for id): noise in a document."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: Any, mode: Any = "validation") -> Any:
+        out = super().generate(schema, mode)
+        out.pop("title", None)
+        return out
+
+
+@functools.cache
+def _adapter(shape: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(shape)
+
+
+@functools.cache
+def _properties(shape: Any) -> tuple[dict[str, Any], frozenset[str]]:
+    schema = _adapter(shape).json_schema(schema_generator=_Quiet, ref_template=REF_TEMPLATE)
+    return dict(schema.get("properties", {})), frozenset(schema.get("required", ()))
+
+
+def _problem(error: Mapping[str, Any], prop: Mapping[str, Any]) -> str:
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if "enum" in prop:
+        return "must be one of " + ", ".join(str(value) for value in prop["enum"])
+    if kind in ("int_parsing", "int_type", "int_parsing_size", "int_from_float"):
+        return "must be a whole number"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx.get('ge')}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')}"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind == "string_pattern_mismatch":
+        if ctx.get("pattern") == NO_NUL:
+            return "must not hold a NUL character"
+        return f"must match {ctx.get('pattern')}"
+    if kind == "bool_parsing":
+        return "must be true or false"
+    if kind == "missing":
+        return "is required"
+    message = str(error.get("msg", "is not valid"))
+    return message.removeprefix("Value error, ")
+
+
+def parse_query(request: HttpRequest, shape: Any) -> Any:
+    """The query string as `shape` (a TypedDict), or a 400 naming each bad parameter and what it takes.
+    An empty value is no value (`?status=&project=acme`, as a filter form sends it; the document says so
+    with allowEmptyValue); unknown parameters are ignored."""
+    properties, _ = _properties(shape)
+    raw = {name: request.GET[name] for name in properties if request.GET.get(name)}
+    try:
+        return _adapter(shape).validate_python(raw)
+    except ValidationError as invalid:
+        fields: dict[str, list[str]] = {}
+        for item in invalid.errors():
+            name = str(item["loc"][0]) if item["loc"] else "query"
+            fields.setdefault(name, []).append(_problem(item, properties.get(name, {})))
+        message = "; ".join(f"{name} {problem}" for name, problems in fields.items() for problem in problems)
+        return JsonResponse({"error": message, "fields": fields}, status=400)
+
+
+# ---------------------------------------------------------------- the document
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    path: str  # as OpenAPI writes it: /api/v1/reports/{id}
+    route: str  # as Django wrote it: api/v1/reports/<int:report_id>
+    name: str  # the URL name, "api:report"
+    view: Any
+
+
+def _walk(patterns: list[Any], prefix: str = "", namespace: str = "") -> Iterator[Endpoint]:
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            inner = f"{namespace}{pattern.namespace}:" if pattern.namespace else namespace
+            yield from _walk(pattern.url_patterns, route, inner)
+        elif isinstance(pattern, URLPattern):
+            yield Endpoint(openapi_path(route), route, f"{namespace}{pattern.name or ''}", pattern.callback)
+
+
+def endpoints(urlconf: str | None = None) -> list[Endpoint]:
+    """Every URL of the URLconf whose view declares operations."""
+    return [found for found in _walk(get_resolver(urlconf).url_patterns) if operations_of(found.view)]
+
+
+def _path_name(name: str, count: int) -> str:
+    # A route's one `<int:report_id>` is `{id}`, as the contract writes the paths.
+    return "id" if count == 1 and name.endswith("_id") else name
+
+
+def openapi_path(route: str) -> str:
+    found = ROUTE_PARAM.findall(route)
+    path = ROUTE_PARAM.sub(lambda m: "{" + _path_name(m["name"], len(found)) + "}", route)
+    return "/" + path.lstrip("^").rstrip("$")
+
+
+def _path_parameters(route: str) -> list[dict[str, Any]]:
+    found = ROUTE_PARAM.findall(route)
+    return [
+        {
+            "name": _path_name(name, len(found)),
+            "in": "path",
+            "required": True,
+            "description": f"the {name.removesuffix('_id').replace('_', ' ')}'s id",
+            "schema": dict(CONVERTERS.get(converter or "str", CONVERTERS["str"])),
+        }
+        for converter, name in found
+    ]
+
+
+def _parameters(shape: Any, where: str) -> list[dict[str, Any]]:
+    properties, required = _properties(shape)
+    out = []
+    for name, schema in properties.items():
+        schema = _tidy(schema)
+        description = schema.pop("description", "")
+        parameter: dict[str, Any] = {"name": name, "in": where, "required": name in required}
+        if description:
+            parameter["description"] = description
+        if where == "query" and name not in required:
+            parameter["allowEmptyValue"] = True  # parse_query() reads an empty value as none
+        parameter["schema"] = schema
+        out.append(parameter)
+    return out
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a shape's schema goes, filled once every shape is known."""
+
+    key: int
+
+
+class _Shapes:
+    """Every shape of the document, turned into JSON Schema at once so they share components."""
+
+    def __init__(self) -> None:
+        self.slots: dict[Any, _Slot] = {}
+
+    def ref(self, shape: Any) -> _Slot:
+        if shape not in self.slots:
+            self.slots[shape] = _Slot(len(self.slots))
+        return self.slots[shape]
+
+    def generate(self) -> tuple[dict[_Slot, Any], dict[str, Any]]:
+        inputs = [(slot, "serialization", _adapter(shape)) for shape, slot in self.slots.items()]
+        mapping, definitions = TypeAdapter.json_schemas(
+            inputs, ref_template=REF_TEMPLATE, schema_generator=_Quiet
+        )
+        components = {name: _tidy(schema) for name, schema in definitions.get("$defs", {}).items()}
+        return {slot: schema for (slot, _), schema in mapping.items()}, components
+
+
+def _tidy(node: Any) -> Any:
+    """A schema as people read it: no title that only repeats its name, descriptions on one line."""
+    if isinstance(node, list):
+        return [_tidy(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title":
+            continue
+        if key in ("properties", "$defs", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: _tidy(item) for name, item in value.items()}  # names, not keywords
+        else:
+            out[key] = _tidy(value)
+    if isinstance(out.get("description"), str):
+        out["description"] = " ".join(out["description"].split())
+    return out
+
+
+def _operation(endpoint: Endpoint, op: Operation, shapes: _Shapes) -> dict[str, Any]:
+    doc: dict[str, Any] = {"operationId": op.id, "summary": op.summary}
+    if op.description:
+        doc["description"] = op.description
+    if op.tags:
+        doc["tags"] = list(op.tags)
+    parameters = _path_parameters(endpoint.route)
+    if op.query is not None:
+        parameters += _parameters(op.query, "query")
+    if op.headers is not None:
+        parameters += _parameters(op.headers, "header")
+    if parameters:
+        doc["parameters"] = parameters
+    if op.body:
+        doc["requestBody"] = {
+            "required": op.body_required,
+            "content": {media: {"schema": shapes.ref(shape)} for media, shape in op.body.items()},
+        }
+    answers = dict(op.answers)
+    if op.query is not None:
+        answers.setdefault(400, (INVALID, STATUS_TEXT[400]))
+    if not op.public:
+        answers.setdefault(401, (ERROR, STATUS_TEXT[401]))
+        doc["security"] = [{"bearer": []}, {"session": []}]
+    else:
+        doc["security"] = []
+    doc["responses"] = {}
+    for status in sorted(answers):
+        shape, description = answers[status]
+        answer: dict[str, Any] = {"description": description or STATUS_TEXT.get(status, "")}
+        if shape is not None:
+            answer["content"] = {"application/json": {"schema": shapes.ref(shape)}}
+        if status == 401:
+            answer["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}}
+        doc["responses"][str(status)] = answer
+    return doc
+
+
+def _resolve(node: Any, mapping: dict[_Slot, Any]) -> Any:
+    if isinstance(node, dict):
+        return {key: _resolve(value, mapping) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_resolve(value, mapping) for value in node]
+    if isinstance(node, _Slot):
+        return mapping[node]
+    return node
+
+
+def openapi_document(*, urlconf: str | None = None, server_url: str = "/") -> dict[str, Any]:
+    shapes = _Shapes()
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in endpoints(urlconf):
+        item = paths.setdefault(endpoint.path, {})
+        for method, op in operations_of(endpoint.view).items():
+            item[method.lower()] = _operation(endpoint, op, shapes)
+    mapping, components = shapes.generate()
     return {
         "openapi": "3.1.0",
         "info": {
-            "title": "dispatchlab API",
+            "title": TITLE,
             "version": "1",
             "description": (
-                "Upload SGLang/vLLM server logs and read the diagnosis. Parsing runs in a worker: "
-                "POST answers at once, GET tells the status."
+                "Upload SGLang/vLLM server logs and read the diagnosis. Parsing runs in a worker: POST answers "
+                "at once, GET tells the status. Every call sees only the caller's projects: another "
+                'project\'s report is a 404. Errors answer `{"error": "<one line for people>"}`; a '
+                "refused parameter or field also comes back by name in `fields`. Lists answer a page "
+                "(`results`, `count`, `next`, `previous`; `?page=`, `?limit=` up to 100). This document "
+                "is generated from the code that answers."
             ),
         },
         "servers": [{"url": server_url}],
         "security": [{"bearer": []}, {"session": []}],
-        "paths": {
-            "/api/v1/reports": {
-                "post": {
-                    "operationId": "reports_create",
-                    "summary": "Upload a log; parsing happens in a worker",
-                    "requestBody": {
-                        "required": True,
-                        "content": {"multipart/form-data": {"schema": UPLOAD}},
-                    },
-                    "responses": {
-                        "201": _json(CREATED, "Stored (or found, when duplicate is true)."),
-                        **ERRORS,
-                    },
-                },
-                "get": {
-                    "operationId": "reports_list",
-                    "summary": "The newest reports the caller may see",
-                    "parameters": [
-                        {"name": "project", "in": "query", "schema": {"type": "string"}},
-                        {"name": "status", "in": "query", "schema": STATUS},
-                        {"name": "failure_class", "in": "query", "schema": {"type": "string"}},
-                        {"name": "limit", "in": "query", "schema": {"type": "integer", "maximum": 100}},
-                    ],
-                    "responses": {
-                        "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {"reports": {"type": "array", "items": _ref("ReportSummary")}},
-                            },
-                            "Reports, newest first.",
-                        ),
-                        "401": ERRORS["401"],
-                    },
-                },
-            },
-            "/api/v1/reports/{id}": {
-                "get": {
-                    "operationId": "reports_read",
-                    "summary": "A report's status and, once done, its document",
-                    "parameters": [
-                        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
-                    ],
-                    "responses": {
-                        "200": _json(_ref("Report"), "The report."),
-                        "401": ERRORS["401"],
-                        "404": _json(_ref("Error"), "No such report, or not in the caller's projects."),
-                    },
-                }
-            },
-            "/api/v1/hooks/ci": {
-                "post": {
-                    "operationId": "hooks_ci",
-                    "summary": "A CI job reports a failed run",
-                    "description": (
-                        "Signed with X-Dispatchlab-Signature: sha256=<hex HMAC-SHA256 under the project's "
-                        "webhook secret> over the raw body, or over '<timestamp>.<raw body>' when "
-                        "X-Dispatchlab-Timestamp (unix seconds) is sent; then deliveries older than 5 "
-                        "minutes are refused. X-Dispatchlab-Delivery makes a repeat return the first "
-                        "delivery's report. The project is the one whose secret signed the body; "
-                        "?project=<slug> or X-Dispatchlab-Project narrows the search. A JSON body is "
-                        "limited to DISPATCHLAB_MAX_JSON_BYTES (413 above it); send larger logs as "
-                        "multipart."
-                    ),
-                    "security": [],
-                    "parameters": [
-                        {
-                            "name": "wait",
-                            "in": "query",
-                            "description": "wait up to this many seconds (at most 60) for the parse",
-                            "schema": {"type": "integer", "minimum": 0, "maximum": 60},
-                        },
-                        {"name": "project", "in": "query", "schema": {"type": "string"}},
-                        {
-                            "name": "X-Dispatchlab-Signature",
-                            "in": "header",
-                            "required": True,
-                            "schema": {"type": "string", "pattern": "^sha256=[0-9a-f]{64}$"},
-                        },
-                        {"name": "X-Dispatchlab-Timestamp", "in": "header", "schema": {"type": "integer"}},
-                        {"name": "X-Dispatchlab-Delivery", "in": "header", "schema": {"type": "string"}},
-                    ],
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {"schema": HOOK_JSON},
-                            "multipart/form-data": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["file"],
-                                    "properties": {
-                                        "file": {
-                                            "type": "array",
-                                            "items": {"type": "string", "format": "binary"},
-                                        },
-                                        "job": {"type": "string"},
-                                        "url": {"type": "string"},
-                                        "commit": {"type": "string"},
-                                    },
-                                }
-                            },
-                        },
-                    },
-                    "responses": {
-                        "201": _json(
-                            {"oneOf": [CREATED, _ref("Report")]},
-                            "Stored; with ?wait, the report as GET answers it once parsed (or when the wait ends).",
-                        ),
-                        **ERRORS,
-                    },
-                }
-            },
-            "/api/v1/hosts": {
-                "get": {
-                    "operationId": "hosts_list",
-                    "summary": "GPU hosts from their heartbeats: alive or not, GPUs, versions, queues",
-                    "responses": {
-                        "200": _json(
-                            {"type": "object", "properties": {"results": {"type": "array", "items": HOST}}},
-                            "The hosts.",
-                        ),
-                        "401": ERRORS["401"],
-                    },
-                }
-            },
-            "/api/v1/reports/{id}/confirm": {
-                "post": {
-                    "operationId": "reports_confirm",
-                    "summary": "Queue a confirm run of the report's launch with its diagnosis's fix applied",
-                    "description": (
-                        "The job waits in gpu.<arch of the report> until a GPU worker of that arch takes it. "
-                        "`command` replaces the launch (a command line; no shell syntax); `args` / `env` replace "
-                        "the fix's patch (a flag set to false is removed); `probes` names kernel probes or "
-                        "component:<name> to run afterwards."
-                    ),
-                    "parameters": [
-                        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
-                    ],
-                    "requestBody": {
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {
-                                        "command": {"type": "string"},
-                                        "args": {"type": "object"},
-                                        "env": {"type": "object"},
-                                        "probes": {"type": "array", "items": {"type": "string"}},
-                                    },
-                                }
-                            }
-                        }
-                    },
-                    "responses": {
-                        "201": _json(
-                            CONFIRM_CREATED,
-                            "Queued (status waiting_for_host while no live host of its arch exists).",
-                        ),
-                        "400": ERRORS["400"],
-                        "401": ERRORS["401"],
-                        "403": ERRORS["403"],
-                        "404": _json(_ref("Error"), "No such report, or not in the caller's projects."),
-                    },
-                }
-            },
-            "/api/v1/confirms/{id}": {
-                "get": {
-                    "operationId": "confirms_read",
-                    "summary": "A confirm run: status, the launch as an argument list, the new report, smoke, throughput, probes",
-                    "parameters": [
-                        {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
-                    ],
-                    "responses": {
-                        "200": _json(CONFIRM, "The confirm run."),
-                        "401": ERRORS["401"],
-                        "404": _json(_ref("Error"), "No such confirm run, or not in the caller's projects."),
-                    },
-                }
-            },
-            **DECISION_PATHS,
-        },
+        "paths": _resolve(paths, mapping),
         "components": {
             "securitySchemes": {
                 "bearer": {
@@ -435,31 +419,16 @@ def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
                 },
                 "session": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
             },
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {"error": {"type": "string"}},
-                },
-                "Report": REPORT,
-                "ReportSummary": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "integer"},
-                        "url": {"type": "string"},
-                        "project": {"type": "string"},
-                        "title": {"type": "string"},
-                        "status": STATUS,
-                        "failure_class": {"type": ["string", "null"]},
-                        "top_match_title": {"type": ["string", "null"]},
-                        "server": {"type": ["string", "null"]},
-                        "arch": {"type": ["string", "null"]},
-                        "created_at": {"type": "string", "format": "date-time"},
-                    },
-                },
-                "Document": DOCUMENT,
-                "Match": MATCH,
-                **DECISION_SCHEMAS,
-            },
+            "schemas": components,
         },
     }
+
+
+@functools.cache
+def _built() -> dict[str, Any]:
+    return openapi_document()
+
+
+def openapi_schema(*, server_url: str = "/") -> dict[str, Any]:
+    """The document for a server at `server_url` (built once per process)."""
+    return {**_built(), "servers": [{"url": server_url}]}

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dispatchlab.api import decision_views, gpu_views, views
+from dispatchlab.api import decision_views, docs, gpu_views, group_views, signature_views, views
 
 app_name = "api"
 
 urlpatterns = [
+    path("", docs.api_docs, name="docs"),
     path("schema/", views.schema, name="schema"),
     path("v1/reports", views.reports, name="reports"),
     path("v1/reports/<int:report_id>", views.report_detail, name="report"),
@@ -17,4 +18,8 @@ urlpatterns = [
     path("v1/decisions", decision_views.decisions, name="decisions"),
     path("v1/decisions/<int:decision_id>", decision_views.decision_detail, name="decision"),
     path("v1/decisions/<int:decision_id>/history", decision_views.decision_history, name="decision_history"),
+    path("v1/groups", group_views.groups, name="groups"),
+    path("v1/groups/<int:group_id>", group_views.group, name="group"),
+    path("v1/signatures", signature_views.signatures, name="signatures"),
+    path("v1/signatures/<slug:signature_id>", signature_views.signature, name="signature"),
 ]

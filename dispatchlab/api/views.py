@@ -21,12 +21,29 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.urls import NoReverseMatch, reverse
 from django.utils.text import slugify
-from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dispatchlab.api.auth import Caller, authenticate, error
-from dispatchlab.api.schema import openapi_schema
+from dispatchlab.api.pagination import paginate
+from dispatchlab.api.schema import openapi_schema, operation, route
+from dispatchlab.api.shapes import (
+    Created,
+    Error,
+    HookHeaders,
+    HookJson,
+    HookMultipart,
+    HookQuery,
+    Invalid,
+    ReportListQuery,
+    ReportPage,
+    ReportSummary,
+    ReportWaited,
+    Upload,
+)
+from dispatchlab.api.shapes import (
+    Report as ReportShape,
+)
 from dispatchlab.reports.models import Project, Report
+from dispatchlab.reports.selectors import reports_filtered
 from dispatchlab.reports.services import (
     UPLOAD_ENVELOPE_BYTES,
     UploadRejected,
@@ -37,7 +54,6 @@ from dispatchlab.reports.services import (
 
 MAX_WAIT_SECONDS = 60
 WAIT_POLL_SECONDS = 0.2
-LIST_LIMIT = 100
 ENVELOPE_BYTES = UPLOAD_ENVELOPE_BYTES
 
 
@@ -49,46 +65,44 @@ def _report_url(request: HttpRequest, report: Report) -> str:
     return request.build_absolute_uri(path)
 
 
-def _created(request: HttpRequest, report: Report, *, created: bool) -> dict[str, Any]:
-    return {
-        "id": report.id,
-        "url": _report_url(request, report),
-        "status": report.status,
-        "duplicate": not created,
-    }
+def _created(request: HttpRequest, report: Report, *, created: bool) -> Created:
+    return Created(
+        id=report.id, url=_report_url(request, report), status=report.status, duplicate=not created
+    )
 
 
-def _detail(request: HttpRequest, report: Report) -> dict[str, Any]:
-    return {
-        "id": report.id,
-        "url": _report_url(request, report),
-        "project": report.project.slug,
-        "title": report.title,
-        "status": report.status,
-        "progress": report.progress,
-        "error": report.error or None,
-        "created_at": report.created_at.isoformat(),
-        "started_at": report.started_at.isoformat() if report.started_at else None,
-        "finished_at": report.finished_at.isoformat() if report.finished_at else None,
-        "parse_seconds": report.parse_seconds,
-        "failure_class": report.failure_class or None,
-        "document": report.document,
-    }
+def _detail(request: HttpRequest, report: Report) -> ReportShape:
+    return ReportShape(
+        id=report.id,
+        url=_report_url(request, report),
+        project=report.project.slug,
+        title=report.title,
+        status=report.status,  # type: ignore[typeddict-item]
+        progress=report.progress,
+        error=report.error or None,
+        created_at=report.created_at.isoformat(),
+        started_at=report.started_at.isoformat() if report.started_at else None,
+        finished_at=report.finished_at.isoformat() if report.finished_at else None,
+        parse_seconds=report.parse_seconds,
+        failure_class=report.failure_class or None,
+        document=report.document,
+    )
 
 
-def _summary(request: HttpRequest, report: Report) -> dict[str, Any]:
-    return {
-        "id": report.id,
-        "url": _report_url(request, report),
-        "project": report.project.slug,
-        "title": report.title,
-        "status": report.status,
-        "failure_class": report.failure_class or None,
-        "top_match_title": report.top_match_title or None,
-        "server": report.server or None,
-        "arch": report.arch or None,
-        "created_at": report.created_at.isoformat(),
-    }
+def report_summary(request: HttpRequest, report: Report) -> ReportSummary:
+    return ReportSummary(
+        id=report.id,
+        url=_report_url(request, report),
+        project=report.project.slug,
+        title=report.title,
+        status=report.status,  # type: ignore[typeddict-item]
+        failure_class=report.failure_class or None,
+        top_match_title=report.top_match_title or None,
+        server=report.server or None,
+        arch=report.arch or None,
+        created_at=report.created_at.isoformat(),
+        group=report.group_id,
+    )
 
 
 def _too_large(
@@ -143,30 +157,55 @@ def _wait_for(report: Report, seconds: float) -> Report:
 # ---------------------------------------------------------------- /api/v1/reports
 
 
-@csrf_exempt  # session callers are CSRF-checked in authenticate(); token callers need not be
-@require_http_methods(["GET", "POST"])
-def reports(request: HttpRequest) -> HttpResponse:
-    if request.method == "POST":
-        return _reports_create(request)
+# the list never loads the (large) document column
+LIST_DEFER = ("document", "backend_values", "launch_command")
+
+
+@operation(
+    "GET",
+    "reports_list",
+    summary="The newest reports the caller may see, a page at a time, with the dashboard's filters",
+    description=(
+        "The filters of the reports page: a value no report has yet lists nothing. `reports` repeats "
+        "`results` for the clients of the list's first shape."
+    ),
+    query=ReportListQuery,
+    answers={200: (ReportPage, "Reports, newest first.")},
+    tags=("reports",),
+)
+def reports_list(request: HttpRequest, *, query: ReportListQuery) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
-    found = caller.reports()
-    for param, field in (
-        ("project", "project__slug"),
-        ("status", "status"),
-        ("failure_class", "failure_class"),
-    ):
-        if request.GET.get(param):
-            found = found.filter(**{field: request.GET[param]})
-    try:
-        limit = max(1, min(LIST_LIMIT, int(request.GET.get("limit", 20))))
-    except ValueError:
-        return error("limit must be an integer", 400)
-    return JsonResponse({"reports": [_summary(request, report) for report in found[:limit]]})
+    found = reports_filtered(
+        caller.reports(), **{k: v for k, v in query.items() if k not in ("page", "limit")}
+    )
+    page = paginate(request, query, found.defer(*LIST_DEFER).order_by("-created_at", "-id"))
+    results = [report_summary(request, report) for report in page.items]
+    return JsonResponse(
+        ReportPage(results=results, count=page.count, next=page.next, previous=page.previous, reports=results)
+    )
 
 
-def _reports_create(request: HttpRequest) -> HttpResponse:
+@operation(
+    "POST",
+    "reports_create",
+    summary="Upload a log; parsing happens in a worker",
+    description=(
+        "The same bytes uploaded again to the project return the same report (`duplicate: true`); a "
+        "failed one is parsed again."
+    ),
+    body={"multipart/form-data": Upload},
+    answers={
+        201: (Created, "Stored (or found, when duplicate is true)."),
+        400: Error,
+        403: Error,
+        404: (Error, "No such project among the caller's."),
+        413: (Error, "The upload is larger than DISPATCHLAB_MAX_UPLOAD_BYTES."),
+    },
+    tags=("reports",),
+)
+def reports_create(request: HttpRequest) -> HttpResponse:
     too_large = _too_large(request)
     if too_large is not None:
         return too_large
@@ -196,7 +235,19 @@ def _reports_create(request: HttpRequest) -> HttpResponse:
     return JsonResponse(_created(request, report, created=created), status=201)
 
 
-@require_GET
+reports = route(reports_list, reports_create)
+
+
+@operation(
+    "GET",
+    "reports_read",
+    summary="A report's status and, once done, its document",
+    answers={
+        200: (ReportShape, "The report."),
+        404: (Error, "No such report, or not in the caller's projects."),
+    },
+    tags=("reports",),
+)
 def report_detail(request: HttpRequest, report_id: int) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
@@ -270,20 +321,45 @@ def _hook_fields(
     return fields, [ContentFile(log.encode("utf-8", "replace"), name=name)]
 
 
-def _hook_candidates(request: HttpRequest) -> dict[int, str]:
+def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
     """The projects whose secret may have signed the delivery: every project, or the one the sender
     names (?project=<slug> or X-Dispatchlab-Project), which the webhook's contract does not require.
     Each candidate costs an HMAC over the body, all computed in the one pass that reads it."""
-    wanted = request.GET.get("project") or request.headers.get("X-Dispatchlab-Project", "")
+    wanted = named or request.headers.get("X-Dispatchlab-Project", "")
     projects = Project.objects.order_by("id")
     if wanted:
         projects = projects.filter(slug=wanted)
     return dict(projects.values_list("id", "webhook_secret"))
 
 
-@csrf_exempt  # authenticated by the HMAC signature, not a session
-@require_POST
-def ci_hook(request: HttpRequest) -> HttpResponse:
+@operation(
+    "POST",
+    "hooks_ci",
+    summary="A CI job reports a failed run",
+    description=(
+        "Signed with X-Dispatchlab-Signature: sha256=<hex HMAC-SHA256 under the project's webhook secret> "
+        "over the raw body, or over '<timestamp>.<raw body>' when X-Dispatchlab-Timestamp (unix seconds) is "
+        "sent; then deliveries older than 5 minutes are refused. X-Dispatchlab-Delivery makes a repeat "
+        "return the first delivery's report. The project is the one whose secret signed the body; "
+        "?project=<slug> or X-Dispatchlab-Project narrows the search. A JSON body is limited to "
+        "DISPATCHLAB_MAX_JSON_BYTES (413 above it); send larger logs as multipart."
+    ),
+    query=HookQuery,
+    headers=HookHeaders,
+    body={"application/json": HookJson, "multipart/form-data": HookMultipart},
+    answers={
+        201: (
+            Created | ReportWaited,
+            "Stored; with ?wait, the report as GET answers it once parsed (or when the wait ends).",
+        ),
+        400: Invalid,
+        401: (Error, "Missing, malformed or bad signature, or a delivery too old."),
+        413: (Error, "The body is larger than the limit (JSON: DISPATCHLAB_MAX_JSON_BYTES)."),
+    },
+    public=True,
+    tags=("reports",),
+)
+def ci_hook(request: HttpRequest, *, query: HookQuery) -> HttpResponse:
     """A CI job reports a failure: verify the signature, store the log, optionally wait for the parse."""
     if request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
         body_limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES + ENVELOPE_BYTES
@@ -315,13 +391,9 @@ def ci_hook(request: HttpRequest) -> HttpResponse:
         if abs(time.time() - sent) > max_age:
             return error(f"the delivery is older than {max_age} seconds (or from the future); refused", 401)
         prefix = f"{sent}.".encode()
-    wait = request.GET.get("wait")
-    try:
-        wait_seconds = min(MAX_WAIT_SECONDS, max(0, int(wait))) if wait else 0
-    except ValueError:
-        return error("wait must be a number of seconds (at most 60)", 400)
+    wait_seconds = min(MAX_WAIT_SECONDS, max(0, query.get("wait", 0)))
 
-    candidates = _hook_candidates(request)
+    candidates = _hook_candidates(request, query.get("project", ""))
     with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
         try:
             body = _read_signed(
@@ -353,16 +425,22 @@ def ci_hook(request: HttpRequest) -> HttpResponse:
             )
         except UploadRejected as rejected:
             return error(" ".join(rejected.messages), 413 if isinstance(rejected, UploadTooLarge) else 400)
-    answer = _created(request, report, created=created)
-    if wait_seconds:
-        report = _wait_for(report, wait_seconds)
-        answer = {**_detail(request, report), "duplicate": not created}
-    return JsonResponse(answer, status=201)
+    if not wait_seconds:
+        return JsonResponse(_created(request, report, created=created), status=201)
+    report = _wait_for(report, wait_seconds)
+    return JsonResponse(ReportWaited(**_detail(request, report), duplicate=not created), status=201)
 
 
 # ---------------------------------------------------------------- /api/schema/
 
 
-@require_GET
+@operation(
+    "GET",
+    "schema",
+    summary="This document",
+    answers={200: (dict[str, Any], "The OpenAPI 3.1 document of the API, generated from its code.")},
+    public=True,
+    tags=("meta",),
+)
 def schema(request: HttpRequest) -> HttpResponse:
     return JsonResponse(openapi_schema(server_url=request.build_absolute_uri("/")))

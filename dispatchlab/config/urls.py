@@ -13,5 +13,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("accounts/", include("django.contrib.auth.urls")),
 ]
 
+# Under /api/ Django's error pages answer JSON, as the API does.
+handler400 = "dispatchlab.api.errors.bad_request"
+handler403 = "dispatchlab.api.errors.permission_denied"
+handler404 = "dispatchlab.api.errors.page_not_found"
+handler500 = "dispatchlab.api.errors.server_error"
+
 if importlib.util.find_spec("dispatchlab.front.urls") is not None:
     urlpatterns.append(path("", include("dispatchlab.front.urls")))

@@ -18,7 +18,7 @@ from dispatchlab.core.decisions import (
 )
 from dispatchlab.core.decisions import linked_to_document as core_linked
 from dispatchlab.decisions.models import Decision, DecisionLink
-from dispatchlab.reports.models import FailureGroup, Report
+from dispatchlab.reports.models import FailureGroup, Project, Report
 from dispatchlab.reports.selectors import projects_of
 
 User = AbstractBaseUser | AnonymousUser
@@ -101,3 +101,11 @@ def group_decision_refs(group: FailureGroup, signatures: Iterable[str]) -> list[
     records = _records(Decision.objects.filter(project_id=group.project_id).filter(query))
     # The group's reports differ in versions: the group page shows staleness as the records hold it.
     return [decision_ref(r) for r in order_records(records)]
+
+
+def signature_decision_refs(signature_id: str, projects: QuerySet[Project]) -> list[DecisionRef]:
+    """Records of these projects linked to the signature, accepted first."""
+    decisions = Decision.objects.filter(
+        project__in=projects, links__kind=DecisionLink.Kind.SIGNATURE, links__target=signature_id
+    )
+    return [decision_ref(r) for r in order_records(_records(decisions))]

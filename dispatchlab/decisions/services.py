@@ -104,6 +104,9 @@ def _text(errors: _Errors, field: str, value: Any, *, limit: int = MAX_TEXT, req
         errors.add(field, "must be a string")
         return ""
     value = value.strip()
+    if "\x00" in value:
+        errors.add(field, "must not hold a NUL character")
+        return ""
     if required and not value:
         errors.add(field, "is required")
     if len(value) > limit:
@@ -188,6 +191,9 @@ def _link(errors: _Errors, kind: str, field: str, item: Any) -> Any:
         errors.add(field, f"{item!r} is not a string")
         return None
     text = item.strip()
+    if "\x00" in text:
+        errors.add(field, "must not hold a NUL character")
+        return None
     if kind == "groups":
         text = text.lower()
         if not FINGERPRINT.match(text):

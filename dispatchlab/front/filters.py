@@ -1,4 +1,5 @@
-"""Filters of the reports and groups lists: GET parameters, validated by a form, applied server-side.
+"""Filters of the reports and groups lists: GET parameters, validated by a form, applied server-side by
+the selectors the API's lists use too (dispatchlab.reports.selectors.reports_filtered / groups_filtered).
 
 A filter value is taken as given, whether or not a visible report has it yet: a value that matches
 nothing lists nothing, and a value that cannot be read (an unknown status, a malformed backend key)
@@ -7,22 +8,18 @@ lists nothing too, with the form's error, never the unfiltered list.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from django import forms
-from django.db.models import Q, QuerySet, TextField
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
+from django.db.models import QuerySet
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from dispatchlab.core.signatures import FAILURE_CLASSES as TAXONOMY
 from dispatchlab.reports.models import FailureGroup, Report
+from dispatchlab.reports.selectors import backend_filter_problem, groups_filtered, reports_filtered
 
 FAILURE_CLASSES = list(TAXONOMY)
-BACKEND_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,80}$")
 
 
 def _choices(values: list[str], *, blank: str = "any") -> list[tuple[str, str]]:
@@ -85,74 +82,17 @@ class ReportFilterForm(forms.Form):
 
     def clean_backend(self) -> str:
         value = str(self.cleaned_data.get("backend") or "").strip()
-        if "=" in value:
-            key = value.split("=", 1)[0].strip()
-            if not BACKEND_KEY_RE.match(key):
-                raise forms.ValidationError("key=value: the key is a backend name such as attention_backend")
+        problem = backend_filter_problem(value)
+        if problem:
+            raise forms.ValidationError(problem)
         return value
-
-
-def backend_filter(reports: QuerySet[Report], value: str) -> QuerySet[Report]:
-    """key=value matches that key of the main or the draft model; a bare value matches the value of
-    any key (never a key's name)."""
-    if "=" in value:
-        key, wanted = (part.strip() for part in value.split("=", 1))
-        key = key.removeprefix("draft_")
-        return reports.alias(
-            _main=KeyTextTransform(key, "backend_values"),
-            _draft=KeyTextTransform(f"draft_{key}", "backend_values"),
-        ).filter(Q(_main__iexact=wanted) | Q(_draft__iexact=wanted))
-    # The column's JSON text ({"key": "value", ...}, as json.dumps and PostgreSQL's jsonb both write
-    # it) holds each string value after a colon and a space; a key is preceded by "{" or ", ".
-    # A colon inside a string is written escaped before its quote, so it cannot fake the pattern.
-    needle = json.dumps(value, ensure_ascii=False)
-    return reports.alias(_backends=Cast("backend_values", TextField())).filter(
-        _backends__icontains=f": {needle}"
-    )
-
-
-def text_filter(reports: QuerySet[Report], text: str) -> QuerySet[Report]:
-    query = Q()
-    for column in (
-        "title",
-        "top_match_title",
-        "top_match_id",
-        "model_name",
-        "gpu_name",
-        "server_version",
-        "failure_class",
-        "launch_command",
-        "ci_job",
-        "files__original_name",
-    ):
-        query |= Q(**{f"{column}__icontains": text})
-    query |= Q(fingerprint__istartswith=text)
-    if text.isascii() and text.isdigit() and len(text) <= 12:
-        query |= Q(pk=int(text))
-    # the join on files can repeat a report: keep ids in a subquery instead of .distinct() on big rows
-    return reports.filter(pk__in=Report.objects.filter(query).values("pk"))
 
 
 def filter_reports(reports: QuerySet[Report], form: ReportFilterForm) -> QuerySet[Report]:
     if not form.is_valid():
         # Leaving the bad field out would widen the list to reports the user did not ask for.
         return reports.none()
-    data = form.cleaned_data
-    for field, column in (
-        ("project", "project__slug"),
-        ("server", "server"),
-        ("arch", "arch"),
-        ("failure_class", "failure_class"),
-        ("signature", "top_match_id"),
-        ("status", "status"),
-    ):
-        if data.get(field):
-            reports = reports.filter(**{column: data[field]})
-    if data.get("backend"):
-        reports = backend_filter(reports, data["backend"])
-    if data.get("q"):
-        reports = text_filter(reports, data["q"])
-    return reports
+    return reports_filtered(reports, **form.cleaned_data)
 
 
 class GroupFilterForm(forms.Form):
@@ -166,12 +106,4 @@ class GroupFilterForm(forms.Form):
 def filter_groups(groups: QuerySet[FailureGroup], form: GroupFilterForm) -> QuerySet[FailureGroup]:
     if not form.is_valid():
         return groups.none()
-    data = form.cleaned_data
-    if data.get("failure_class"):
-        groups = groups.filter(failure_class=data["failure_class"])
-    if data.get("arch"):
-        groups = groups.filter(pk__in=Report.objects.filter(arch=data["arch"]).values("group_id"))
-    if data.get("q"):
-        text = data["q"]
-        groups = groups.filter(Q(title__icontains=text) | Q(fingerprint__istartswith=text))
-    return groups
+    return groups_filtered(groups, **form.cleaned_data)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from dispatchlab.core.reading import LineIndex
 from dispatchlab.reports.models import FailureGroup, Membership, Project, Report
@@ -34,6 +38,112 @@ def groups_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Failur
     if not user.is_authenticated:
         return FailureGroup.objects.none()
     return FailureGroup.objects.filter(project__memberships__user=user).select_related("project")
+
+
+# ---------------------------------------------------------------- filters (the pages' and the API's)
+
+BACKEND_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,80}$")
+BACKEND_KEY_PROBLEM = "key=value: the key is a backend name such as attention_backend"
+
+
+def backend_filter_problem(value: str) -> str | None:
+    """Why a backend filter cannot be read, or None."""
+    if "=" in value and not BACKEND_KEY_RE.match(value.split("=", 1)[0].strip()):
+        return BACKEND_KEY_PROBLEM
+    return None
+
+
+def _backend_filter(reports: QuerySet[Report], value: str) -> QuerySet[Report]:
+    """key=value matches that key of the main or the draft model; a bare value matches the value of
+    any key (never a key's name)."""
+    if "=" in value:
+        key, wanted = (part.strip() for part in value.split("=", 1))
+        key = key.removeprefix("draft_")
+        return reports.alias(
+            _main=KeyTextTransform(key, "backend_values"),
+            _draft=KeyTextTransform(f"draft_{key}", "backend_values"),
+        ).filter(Q(_main__iexact=wanted) | Q(_draft__iexact=wanted))
+    # The column's JSON text ({"key": "value", ...}, as json.dumps and PostgreSQL's jsonb both write
+    # it) holds each string value after a colon and a space; a key is preceded by "{" or ", ".
+    # A colon inside a string is written escaped before its quote, so it cannot fake the pattern.
+    needle = json.dumps(value, ensure_ascii=False)
+    return reports.alias(_backends=Cast("backend_values", TextField())).filter(
+        _backends__icontains=f": {needle}"
+    )
+
+
+def _text_filter(reports: QuerySet[Report], text: str) -> QuerySet[Report]:
+    query = Q()
+    for column in (
+        "title",
+        "top_match_title",
+        "top_match_id",
+        "model_name",
+        "gpu_name",
+        "server_version",
+        "failure_class",
+        "launch_command",
+        "ci_job",
+        "files__original_name",
+    ):
+        query |= Q(**{f"{column}__icontains": text})
+    query |= Q(fingerprint__istartswith=text)
+    if text.isascii() and text.isdigit() and len(text) <= 12:
+        query |= Q(pk=int(text))
+    # the join on files can repeat a report: keep ids in a subquery instead of .distinct() on big rows
+    return reports.filter(pk__in=Report.objects.filter(query).values("pk"))
+
+
+def reports_filtered(
+    reports: QuerySet[Report],
+    *,
+    q: str = "",
+    project: str = "",
+    server: str = "",
+    arch: str = "",
+    failure_class: str = "",
+    signature: str = "",
+    backend: str = "",
+    status: str = "",
+) -> QuerySet[Report]:
+    """The reports list's filters (the page's form and GET /api/v1/reports): an empty value is no filter;
+    a value no report has lists nothing. A backend value that backend_filter_problem() refuses must be
+    refused by the caller before (it is read here as given)."""
+    for value, column in (
+        (project, "project__slug"),
+        (server, "server"),
+        (arch, "arch"),
+        (failure_class, "failure_class"),
+        (signature, "top_match_id"),
+        (status, "status"),
+    ):
+        if value:
+            reports = reports.filter(**{column: value})
+    if backend:
+        reports = _backend_filter(reports, backend)
+    if q:
+        reports = _text_filter(reports, q)
+    return reports
+
+
+def groups_filtered(
+    groups: QuerySet[FailureGroup],
+    *,
+    q: str = "",
+    project: str = "",
+    failure_class: str = "",
+    arch: str = "",
+) -> QuerySet[FailureGroup]:
+    """The failure groups list's filters (the page's form and GET /api/v1/groups)."""
+    if project:
+        groups = groups.filter(project__slug=project)
+    if failure_class:
+        groups = groups.filter(failure_class=failure_class)
+    if arch:
+        groups = groups.filter(pk__in=Report.objects.filter(arch=arch).values("group_id"))
+    if q:
+        groups = groups.filter(Q(title__icontains=q) | Q(fingerprint__istartswith=q))
+    return groups
 
 
 def user_can_upload(*, user: AbstractBaseUser | AnonymousUser, project: Project) -> bool:

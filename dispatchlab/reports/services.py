@@ -243,6 +243,11 @@ def report_submit(
     """
     if not files:
         raise UploadRejected("no file was uploaded")
+    # PostgreSQL stores no NUL in text; a CI system that sends one in a field loses only that character.
+    title, launch_command, ci_job, ci_url, ci_commit = (
+        text.replace("\x00", "") for text in (title, launch_command, ci_job, ci_url, ci_commit)
+    )
+    delivery_id = delivery_id.replace("\x00", "") if delivery_id else delivery_id
     if len(files) > MAX_FILES_PER_REPORT:
         raise UploadRejected(f"{len(files)} files in one report; at most {MAX_FILES_PER_REPORT}")
     sizes = [_file_size(file) for file in files]

@@ -1,0 +1,44 @@
+"""Django's error views, in JSON under /api/: a client of the API never gets an HTML page, whether the URL
+is unknown, the request is refused before a view runs (a body Django will not read) or a view fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+
+API_PREFIX = "/api/"
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIX)
+
+
+def bad_request(request: HttpRequest, exception: Any = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(
+            {"error": "the request cannot be read (a malformed or too large body?)"}, status=400
+        )
+    return defaults.bad_request(request, exception)
+
+
+def permission_denied(request: HttpRequest, exception: Any = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse({"error": "not allowed"}, status=403)
+    return defaults.permission_denied(request, exception)
+
+
+def page_not_found(request: HttpRequest, exception: Any = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(
+            {"error": f"no such API endpoint: {request.path} (the endpoints: {API_PREFIX}schema/)"},
+            status=404,
+        )
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse({"error": "the server failed to answer; the error is in its log"}, status=500)
+    return defaults.server_error(request)

@@ -1,0 +1,587 @@
+"""What the API takes and answers, declared once: the views build their answers as these TypedDicts and
+dispatchlab.api.schema turns the same types into the OpenAPI document (a docstring under a field is its
+description there). Decision records' shapes live beside their serialiser (dispatchlab.decisions.serialize).
+
+Every answer may gain fields (CONTRACT.md: extend, never break); a client ignores those it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, with_config
+from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
+
+from dispatchlab.api.pagination import NO_NUL, PageQuery
+from dispatchlab.core.signatures import DATA_DIR, FAILURE_CLASSES, LEVELS, SEVERITIES
+from dispatchlab.decisions.serialize import DecisionRef
+from dispatchlab.reports.selectors import backend_filter_problem
+
+# One vocabulary (STYLE 16): the Literals take their values from where they are defined.
+FailureClass = Literal[FAILURE_CLASSES]  # type: ignore[valid-type]
+ReportStatus = Literal["queued", "parsing", "done", "failed"]
+ConfirmStatus = Literal[
+    "waiting_for_host", "queued", "running", "parsing", "fixed", "still_fails", "garbage", "refused"
+]
+Severity = Literal[SEVERITIES]  # type: ignore[valid-type]
+Level = Literal[LEVELS]  # type: ignore[valid-type]
+# The knowledge base's areas are its folders (data/<area>/<id>.toml).
+AREAS = tuple(sorted(path.name for path in DATA_DIR.iterdir() if path.is_dir()))
+Area = Literal[AREAS]  # type: ignore[valid-type]
+
+DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+Url = Annotated[str, WithJsonSchema({"type": "string", "format": "uri"})]
+Binary = Annotated[bytes, WithJsonSchema({"type": "string", "format": "binary"})]
+Text200 = Annotated[str, Field(max_length=200, pattern=NO_NUL)]
+Text100 = Annotated[str, Field(max_length=100, pattern=NO_NUL)]
+Text20 = Annotated[str, Field(max_length=20, pattern=NO_NUL)]
+
+
+def _readable_backend(value: str) -> str:
+    problem = backend_filter_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+described = with_config(ConfigDict(use_attribute_docstrings=True))
+# A shape whose producer (the core's document, a host's inventory) adds fields of its own.
+open_ended = with_config(ConfigDict(use_attribute_docstrings=True, extra="allow"))
+
+
+# ---------------------------------------------------------------- errors
+
+
+@described
+class Error(TypedDict):
+    """An error, for people."""
+
+    error: str
+    """one line that says what went wrong and what to do"""
+
+
+@described
+class Invalid(TypedDict):
+    """A refused request: the error for people and, where a query parameter or a field of the body is to
+    blame, what is wrong with it by name."""
+
+    error: str
+    fields: NotRequired[dict[str, list[str]]]
+    """what is wrong, by parameter or field: `status`, `alternatives[1].what`, `revisit_when.flashinfer` ..."""
+
+
+ERROR: Any = Error
+INVALID: Any = Invalid
+
+
+# ---------------------------------------------------------------- the document (CONTRACT.md)
+
+
+@open_ended
+class Gpu(TypedDict):
+    name: str | None
+    arch: str | None
+    """sm_90, sm_120 ..."""
+    count: int | None
+    compute_capability: NotRequired[str | None]
+
+
+@open_ended
+class Event(TypedDict):
+    line: int
+    time: str | None
+    """ISO-8601, or null when the log line has no time"""
+    rank: str | None
+    kind: Literal["phase", "backend", "warning", "error", "metric"]
+    name: str
+    detail: str
+    model: NotRequired[Literal["main", "draft"] | None]
+
+
+@open_ended
+class Frame(TypedDict):
+    file: str
+    line: int
+    function: str
+
+
+@open_ended
+class Traceback(TypedDict):
+    line: int
+    rank: str | None
+    exception: str
+    message: str
+    frames: list[Frame]
+    ranks: NotRequired[list[str]]
+    count: NotRequired[int]
+
+
+@open_ended
+class Crash(TypedDict):
+    line: int
+    phase: str | None
+    exception: str | None
+    message: str
+    rank: NotRequired[str | None]
+    ranks: NotRequired[list[str]]
+    model: NotRequired[Literal["main", "draft"] | None]
+
+
+@open_ended
+class Fix(TypedDict):
+    summary: str
+    args: dict[str, Any]
+    """server flags to change: `{"--attention-backend": "triton"}`; true sets a flag bare, false removes it"""
+    env: dict[str, Any]
+    tried_and_failed: NotRequired[list[str]]
+
+
+@open_ended
+class Match(TypedDict):
+    """A signature of the knowledge base that matched the log."""
+
+    id: str
+    title: str
+    failure_class: FailureClass
+    confidence: Annotated[float, Field(ge=0, le=1)]
+    lines: list[int]
+    facts: dict[str, Any]
+    fix: Fix
+    decisions: list[DecisionRef]
+    """decision records linked to this signature"""
+    level: NotRequired[Level]
+    severity: NotRequired[Severity]
+    explanation: NotRequired[str]
+    references: NotRequired[list[str]]
+
+
+@open_ended
+class Document(TypedDict):
+    """The `match` document of CONTRACT.md (docs/contract.md lists every field); more fields may appear."""
+
+    server: Literal["sglang", "vllm", "unknown"]
+    server_version: str | None
+    model: str | None
+    gpu: Gpu
+    server_args: dict[str, Any]
+    backends: dict[str, str]
+    draft_backends: dict[str, str]
+    timeline: list[Event]
+    tracebacks: list[Traceback]
+    kernels: list[str]
+    crash: Crash | None
+    outcome: Literal["crashed", "ready", "serving", "incomplete"]
+    matches: list[Match]
+    failure_class: FailureClass
+    fingerprint: str
+    decisions: NotRequired[list[DecisionRef]]
+    """the decision records linked to the fingerprint, the top signature or the report"""
+    versions: NotRequired[dict[str, str | None]]
+    launch_command: NotRequired[str | None]
+    kb_digest: NotRequired[str]
+
+
+# ---------------------------------------------------------------- reports
+
+
+@described
+class Created(TypedDict):
+    """Stored (or found again, when `duplicate` is true); parsing happens in a worker."""
+
+    id: int
+    url: Url
+    """the report's page"""
+    status: ReportStatus
+    duplicate: bool
+    """the same bytes (or the same CI delivery) were stored before: this is that report"""
+
+
+@described
+class ReportSummary(TypedDict):
+    id: int
+    url: Url
+    """the report's page"""
+    project: str
+    title: str
+    status: ReportStatus
+    failure_class: str | None
+    top_match_title: str | None
+    server: str | None
+    arch: str | None
+    created_at: DateTime
+    group: int | None
+    """the failure group (GET /api/v1/groups/{id}), once parsed"""
+
+
+@described
+class ReportPage(TypedDict):
+    """A page of reports, newest first."""
+
+    results: list[ReportSummary]
+    count: int
+    next: Url | None
+    previous: Url | None
+    reports: list[ReportSummary]
+    """the same as results (the list's first shape, kept for the clients that read it)"""
+
+
+@described
+class Report(TypedDict):
+    id: int
+    url: Url
+    project: str
+    title: str
+    status: ReportStatus
+    progress: Annotated[float, Field(ge=0, le=100)]
+    """percent, while parsing"""
+    error: str | None
+    """why parsing failed, for people"""
+    created_at: DateTime
+    started_at: DateTime | None
+    """the latest claim by a worker"""
+    finished_at: DateTime | None
+    parse_seconds: float | None
+    """time the core took, in the worker"""
+    failure_class: str | None
+    document: Document | None
+    """the match document, once done"""
+
+
+@described
+class ReportWaited(Report):
+    """A report as GET answers it, after the webhook's ?wait."""
+
+    duplicate: bool
+
+
+@described
+class ReportListQuery(PageQuery, total=False):
+    """The dashboard's report filters (dispatchlab.front.filters)."""
+
+    q: Text200
+    """text in the title, top match, model, GPU, server version, launch command, CI job, file names; a
+    fingerprint prefix; a report id"""
+    project: Text100
+    """a project's slug"""
+    server: Text20
+    arch: Text20
+    failure_class: FailureClass
+    signature: Text200
+    """the id of the top match"""
+    backend: Annotated[str, Field(max_length=120, pattern=NO_NUL), AfterValidator(_readable_backend)]
+    """a backend value (`triton`), or key=value (`moe_runner_backend=triton`; draft keys match too)"""
+    status: ReportStatus
+
+
+@described
+class Upload(TypedDict):
+    file: list[Binary]
+    """one log (.log, .txt, .gz, .zip); several files in this field make one report"""
+    title: NotRequired[str]
+    launch_command: NotRequired[str]
+    project: NotRequired[str]
+    """the project's slug; needed only by a caller who can upload to several projects"""
+
+
+# ---------------------------------------------------------------- the CI webhook
+
+
+@with_config(ConfigDict(use_attribute_docstrings=True, extra="allow"))
+class HookJson(TypedDict):
+    """A delivery as JSON; fields it does not know (branch, pipeline ...) are ignored."""
+
+    log: str
+    """the log text"""
+    job: NotRequired[str]
+    url: NotRequired[str]
+    commit: NotRequired[str]
+    title: NotRequired[str]
+    launch_command: NotRequired[str]
+
+
+@described
+class HookMultipart(TypedDict):
+    file: list[Binary]
+    job: NotRequired[str]
+    url: NotRequired[str]
+    commit: NotRequired[str]
+    title: NotRequired[str]
+    launch_command: NotRequired[str]
+
+
+@described
+class HookQuery(TypedDict, total=False):
+    wait: int
+    """wait up to this many seconds (at most 60) for the parse, then answer like GET /api/v1/reports/{id}"""
+    project: Text100
+    """the slug of the project whose secret signed the delivery (spares trying every project's)"""
+
+
+HookHeaders = TypedDict(
+    "HookHeaders",
+    {
+        "X-Dispatchlab-Signature": Annotated[
+            str,
+            Field(
+                pattern=r"^sha256=[0-9a-fA-F]{64}$",
+                description="sha256=<hex HMAC-SHA256 of the raw body (or of '<timestamp>.<raw body>') "
+                "under the project's webhook secret>",
+            ),
+        ],
+        "X-Dispatchlab-Timestamp": NotRequired[
+            Annotated[int, Field(description="unix seconds; deliveries more than 5 minutes off are refused")]
+        ],
+        "X-Dispatchlab-Delivery": NotRequired[
+            Annotated[str, Field(description="a repeat of this delivery id returns the first one's report")]
+        ],
+        "X-Dispatchlab-Project": NotRequired[Annotated[str, Field(description="as ?project=")]],
+    },
+)
+
+
+# ---------------------------------------------------------------- GPU hosts and confirm runs
+
+
+@open_ended
+class HostGpu(TypedDict):
+    name: str | None
+    arch: str | None
+    memory_mib: NotRequired[int | None]
+
+
+@described
+class Host(TypedDict):
+    name: str
+    alive: bool
+    """heard from within the last few heartbeats"""
+    busy: bool
+    last_seen: DateTime
+    first_seen: DateTime
+    arches: list[str]
+    queues: list[str]
+    gpus: list[HostGpu]
+    links: list[dict[str, Any]]
+    """each GPU pair's link: {"a", "b", "kind", "gbps"}"""
+    driver: str | None
+    versions: dict[str, Any]
+    launchers: list[str]
+    model_roots: list[str]
+
+
+@described
+class HostPage(TypedDict):
+    results: list[Host]
+    count: int
+    next: Url | None
+    previous: Url | None
+
+
+@described
+class ConfirmBody(TypedDict, total=False):
+    """All optional; without a body the report's launch runs with its diagnosis's fix."""
+
+    command: str
+    """replaces the launch read from the log (a command line; no shell syntax)"""
+    args: dict[str, Any]
+    """replaces the fix's flags: a flag's value true sets it bare, false or null removes it"""
+    env: dict[str, Any]
+    """replaces the fix's variables: false or null removes one"""
+    probes: list[str]
+    """kernel probes (or component:<name>) to run afterwards"""
+
+
+@described
+class Launch(TypedDict):
+    launcher: str
+    args: list[Any]
+    env: dict[str, Any]
+
+
+@described
+class ConfirmCreated(TypedDict):
+    id: int
+    status: ConfirmStatus
+    """waiting_for_host while no live host of the report's arch exists"""
+    arch: str | None
+    queue: str
+    url: Url
+    launch: Launch
+
+
+@described
+class Confirm(TypedDict):
+    id: int
+    status: ConfirmStatus
+    error: str | None
+    report: int
+    arch: str | None
+    queue: str
+    signature: str | None
+    """the signature whose fix is tried"""
+    launch: Launch
+    argv: list[str]
+    """what the worker ran"""
+    host: str | None
+    new_report: int | None
+    """the report of the run's own log"""
+    new_report_url: Url | None
+    ready: bool | None
+    ready_by: str | None
+    ready_seconds: float | None
+    smoke: dict[str, Any] | None
+    throughput: list[dict[str, Any]]
+    probes: list[dict[str, Any]]
+    created_at: DateTime
+    started_at: DateTime | None
+    finished_at: DateTime | None
+    url: Url
+
+
+# ---------------------------------------------------------------- failure groups
+
+
+@described
+class GroupListQuery(PageQuery, total=False):
+    """The dashboard's failure-group filters (dispatchlab.front.filters)."""
+
+    q: Text200
+    """text in the title, or a fingerprint prefix"""
+    project: Text100
+    """a project's slug"""
+    failure_class: FailureClass
+    arch: Text20
+    """groups with a report of this arch"""
+
+
+@described
+class GroupSummary(TypedDict):
+    """Reports of one project with the same crash fingerprint."""
+
+    id: int
+    fingerprint: str
+    title: str
+    failure_class: str | None
+    project: str
+    count: int
+    """reports in the group"""
+    first_seen: DateTime
+    last_seen: DateTime
+    url: Url
+    """the group's page"""
+
+
+@described
+class GroupPage(TypedDict):
+    """A page of failure groups, the most recently seen first."""
+
+    results: list[GroupSummary]
+    count: int
+    next: Url | None
+    previous: Url | None
+
+
+@described
+class Group(GroupSummary):
+    arches: list[str]
+    server_versions: list[str]
+    signatures: list[str]
+    """the top matches of its reports"""
+    reports: list[ReportSummary]
+    """its newest reports (at most 20)"""
+    decisions: list[DecisionRef]
+    """decision records linked to its fingerprint or to the top signature of its reports"""
+
+
+# ---------------------------------------------------------------- the knowledge base
+
+
+@described
+class SignatureListQuery(PageQuery, total=False):
+    q: Text200
+    """text in the id, title, fix or explanation"""
+    failure_class: FailureClass
+    area: Area
+    """the knowledge base's folder: arch, cuda, memory ..."""
+    severity: Severity
+    level: Level
+
+
+@described
+class SignatureFix(TypedDict):
+    summary: str
+    args: dict[str, Any]
+    env: dict[str, str]
+
+
+@described
+class SignatureSummary(TypedDict):
+    """A reviewed signature of the knowledge base (dispatchlab/core/signatures/data/<area>/<id>.toml)."""
+
+    id: str
+    title: str
+    failure_class: FailureClass
+    severity: Severity
+    level: Level
+    area: str
+    fix: SignatureFix
+    references: list[str]
+
+
+@described
+class SignaturePage(TypedDict):
+    results: list[SignatureSummary]
+    count: int
+    next: Url | None
+    previous: Url | None
+    kb_digest: str
+    """the knowledge-base version (a report's document.kb_digest names the one that matched it)"""
+
+
+@described
+class TriedAndFailed(TypedDict):
+    what: str
+    why: str
+
+
+@described
+class Patterns(TypedDict):
+    any: list[str]
+    all: list[str]
+    sequence: list[str]
+    within: int
+    """lines within which all / sequence must occur"""
+
+
+@described
+class SignatureConfirmation(TypedDict):
+    """What a confirm run on a GPU showed about the fix."""
+
+    outcome: str
+    """fixed, still_fails, garbage ..."""
+    label: str
+    """for people, e.g. confirmed on NVIDIA H200 sm_90, sglang 0.5.23, 2026-12-02"""
+    gpu_name: str
+    arch: str
+    server: str
+    server_version: str
+    created_at: DateTime
+    confirm: int | None
+    """the confirm run (GET /api/v1/confirms/{id}) when it is in the caller's projects"""
+
+
+@described
+class Signature(SignatureSummary):
+    explanation: str
+    tried_and_failed: list[TriedAndFailed]
+    fix_by_server: dict[str, SignatureFix]
+    """the fix in another server's flags"""
+    match: Patterns
+    conditions: dict[str, Any]
+    supersedes: list[str]
+    source: str
+    """the file, under dispatchlab/core/signatures/data/"""
+    kb_digest: str
+    confirmations: list[SignatureConfirmation]
+    """newest first"""
+    decisions: list[DecisionRef]
+    """decision records of the caller's projects linked to this signature"""
