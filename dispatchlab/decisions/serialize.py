@@ -100,7 +100,8 @@ class LinksInput(TypedDict, total=False):
             Annotated[
                 str,
                 Field(
-                    max_length=500, pattern=r"^https?://[A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}(/[!-~]*)?$"
+                    max_length=500,
+                    pattern=r"^https?://[A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}(/[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*)?$",
                 ),
             ]
         ],

@@ -52,6 +52,8 @@ EDITABLE = (
     "superseded_by",
 )
 LINK_KINDS = ("groups", "signatures", "reports", "upstream")
+# RFC 3986: unreserved, reserved and percent-escapes only.
+URI_CHARACTERS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+")
 KIND_OF = {
     "groups": DecisionLink.Kind.GROUP,
     "signatures": DecisionLink.Kind.SIGNATURE,
@@ -210,6 +212,10 @@ def _link(errors: _Errors, kind: str, field: str, item: Any) -> Any:
             URLValidator(schemes=["http", "https"])(text)
         except ValidationError:
             errors.add(field, f"{text[:200]!r} is not an http(s) URL")
+            return None
+        if not URI_CHARACTERS.fullmatch(text):
+            # Django's validator lets `{`, `<`, `|` ... through; a link people click must be a real URI.
+            errors.add(field, f"{text[:200]!r} holds characters a URL may not (escape them as %XX)")
             return None
         if len(text) > 500:
             errors.add(field, "a URL of more than 500 characters")

@@ -330,3 +330,12 @@ def test_the_schema_describes_the_decisions_api(client):
     assert schema["components"]["schemas"]["Match"]["properties"]["decisions"]["items"] == {
         "$ref": "#/components/schemas/DecisionRef"
     }
+
+
+def test_an_upstream_link_with_characters_a_url_may_not_hold_is_refused(api, alice_key):
+    response = api(
+        "post", URL, alice_key, {"title": "x", "links": {"upstream": ["https://github.com/a/{b}<c>"]}}
+    )
+    assert response.status_code == 400
+    assert "holds characters a URL may not" in response.json()["fields"]["links.upstream"][0]
+    assert not Decision.objects.exists()
