@@ -575,9 +575,14 @@ def host_probe(request: HttpRequest, host_id: int) -> HttpResponse:
     host = get_object_or_404(GpuHost, pk=host_id)
     projects = list(selectors.projects_uploadable_by(request.user))
     slug = request.POST.get("project", "")
-    project = next((p for p in projects if p.slug == slug), projects[0] if len(projects) == 1 else None)
+    if slug:
+        project = next((p for p in projects if p.slug == slug), None)
+    else:
+        project = projects[0] if len(projects) == 1 else None
     if project is None:
-        return HttpResponse("Only a member of a project can ask a host for probes.", status=403)
+        return HttpResponse(
+            "Only a member of the project can ask a host for probes on its behalf.", status=403
+        )
     probes = None  # every single-GPU probe
     if request.POST.get("probes") == ALLREDUCE:
         count = len(host.gpus)

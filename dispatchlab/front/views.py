@@ -138,6 +138,10 @@ def upload(request: HttpRequest) -> HttpResponse:
     project = next((p for p in projects if p.slug == slug), None)
     if project is None and len(projects) == 1 and not slug:
         project = projects[0]
+    if project is None and slug and _projects(request.user).filter(slug=slug).exists():
+        # A viewer of that project: a refusal, as the API gives it (an outsider learns nothing here).
+        message = "You may read this project's reports but not upload to it (ask a member to make you one)."
+        return _upload_page(request, projects, [message], 403)
     if project is None:
         errors.append("Choose a project you can upload to.")
     if not files:

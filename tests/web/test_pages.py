@@ -506,7 +506,8 @@ def test_a_viewer_cannot_upload(client, cast):
     response = client.post(
         reverse("front:upload"), {"project": "gpu-lab", "file": SimpleUploadedFile("a.log", b"line\n")}
     )
-    assert response.status_code == 400 and not Report.objects.exists()
+    assert response.status_code == 403 and not Report.objects.exists()
+    assert "may read this project&#x27;s reports but not upload" in response.content.decode()
 
 
 def test_an_outsider_cannot_upload_into_a_project(client, cast):
