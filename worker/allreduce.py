@@ -30,7 +30,6 @@ import importlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from typing import IO, Any
 from worker.inventory import Inventory, take_inventory
 from worker.peaks import link_gbps_per_direction, peaks_for
 from worker.probes import ModelShapes, ProbeResult, ProbeStatus
+from worker.runner import free_port
 
 NAME = "allreduce"
 BACKEND = "nccl"
@@ -467,12 +467,6 @@ def _fill(
         r.error = f"the sum over {world} ranks was wrong at {', '.join(wrong)} (max error {r.max_error})"
     else:
         r.status = ProbeStatus.PASSED
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _read(path: Path) -> str:

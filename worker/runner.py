@@ -38,7 +38,6 @@ READY_LINE = re.compile(
     r"Starting vLLM API server"
 )
 HEALTH_PATHS = ("/health", "/v1/models")
-FLUSH_SECONDS = 0.5
 PIECE_BYTES = 256 * 1024
 STOP_GRACE_SECONDS = 15.0
 # What the child inherits besides the launch's own variables: enough to find programs and a home.
@@ -280,7 +279,7 @@ def run_confirm(
             )
             outcome["smoke"] = smoke.to_dict()
             pump.flush()
-            if not smoke.to_dict().get("error") and process.poll() is None:
+            if not smoke.error and process.poll() is None:
                 remaining = time_limit - (time.monotonic() - started)
                 points = measure_throughput(
                     base_url,

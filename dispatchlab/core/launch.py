@@ -87,10 +87,6 @@ class Launch:
         first = " ".join([*head, *self.program(), *(shlex.quote(p) for p in self.positional)])
         return " \\\n  ".join([first, *(option.text() for option in self.options)])
 
-    def to_spec(self) -> dict[str, Any]:
-        """The contract's LaunchSpec."""
-        return {"launcher": self.launcher, "args": self.args(), "env": dict(self.env)}
-
 
 def flag_key(flag: str, server: str) -> str:
     name = flag.lstrip("-").replace("-", "_")

@@ -31,11 +31,6 @@ class BrokerConfig:
     transport: str | None = None
     transport_options: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def display(self) -> str:
-        """The URL without credentials, for start-up lines."""
-        return self.url.split("@")[-1]
-
 
 def broker_config(
     *, url: str, data_dir: Path, poll_seconds: float = 0.05, visibility_timeout: int | None = None

@@ -12,17 +12,13 @@ from __future__ import annotations
 
 import os
 import uuid
+from queue import Empty
 from time import monotonic
 from typing import Any
 
 from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
-
-try:
-    from queue import Empty
-except ImportError:  # pragma: no cover
-    from Queue import Empty  # type: ignore[no-redef]
 
 
 class Channel(filesystem.Channel):
