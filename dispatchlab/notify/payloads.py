@@ -19,10 +19,11 @@ the scheme dispatchlab's own CI webhook accepts.
 from __future__ import annotations
 
 import enum
-import hashlib
 import hmac
 import json
 from typing import Any
+
+from dispatchlab.core.reporter import signature
 
 SIGNATURE_HEADER = "X-Dispatchlab-Signature"
 TIMESTAMP_HEADER = "X-Dispatchlab-Timestamp"
@@ -65,9 +66,8 @@ class EndpointKind(enum.StrEnum):
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
-    """The X-Dispatchlab-Signature value of a body sent at `timestamp`."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
+    """The X-Dispatchlab-Signature value of a body sent at `timestamp` (the CI webhook's formula)."""
+    return signature(secret, timestamp, body)
 
 
 def verify(secret: str, timestamp: str, body: bytes, signature: str) -> bool:

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Prefetch, Q, QuerySet
 
 from dispatchlab.notify.models import Attempt, Delivery, Endpoint
-from dispatchlab.reports.selectors import projects_of
-
-
-def endpoints_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Endpoint]:
-    return Endpoint.objects.filter(project__in=projects_of(user)).select_related("project", "created_by")
 
 
 def endpoints_of_project(project_id: int) -> QuerySet[Endpoint]:
