@@ -4,6 +4,6 @@ Nothing here imports Django, Celery, pynvml, sglang or torch (tests/core/test_pu
 The web app, the Celery tasks and the CLI all call the functions re-exported here.
 """
 
-from dispatchlab.core.api import LogReadError, ProgressCallback, analyze_paths, match_document, parse_paths
+from dispatchlab.core.api import LogReadError, ProgressCallback, analyze_paths, parse_paths
 
-__all__ = ["LogReadError", "ProgressCallback", "analyze_paths", "match_document", "parse_paths"]
+__all__ = ["LogReadError", "ProgressCallback", "analyze_paths", "parse_paths"]

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dispatchlab.core.parse.vocabulary import ProgressCallback
 from dispatchlab.core.reading import LogReadError
 
-# progress(bytes_done, bytes_total): bytes_total is None when unknown (stdin, compressed input)
-ProgressCallback = Callable[[int, int | None], None]
-
-__all__ = ["LogReadError", "ProgressCallback", "analyze_paths", "match_document", "parse_paths"]
+__all__ = ["LogReadError", "ProgressCallback", "analyze_paths", "parse_paths"]
 
 
 def parse_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | None = None) -> dict[str, Any]:
@@ -20,7 +18,7 @@ def parse_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | Non
     Returns the JSON-able parsed document of docs/contract.md. Raises LogReadError with a one-line,
     human-readable reason when an input is not a readable log.
     """
-    from dispatchlab.core.parser import parse_sources
+    from dispatchlab.core.parse import parse_sources
     from dispatchlab.core.reading import open_sources
 
     return parse_sources(open_sources(paths), progress=progress).to_dict()
@@ -32,10 +30,3 @@ def analyze_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | N
     from dispatchlab.core.reading import open_sources
 
     return analyze_sources(open_sources(paths), progress=progress)
-
-
-def match_document(document: dict[str, Any]) -> dict[str, Any]:
-    """Match an already parsed document (no access to the log lines: evidence is what it kept)."""
-    from dispatchlab.core.matching import match_parsed_document
-
-    return match_parsed_document(document)

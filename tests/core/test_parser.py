@@ -7,8 +7,8 @@ import json
 import pytest
 
 from dispatchlab.core import parse_paths
-from dispatchlab.core.lineformat import split_line
-from dispatchlab.core.parser import parse_sources
+from dispatchlab.core.parse import parse_sources
+from dispatchlab.core.parse.lineformat import split_line
 from dispatchlab.core.serverargs import parse_launch_command, parse_server_args
 
 from .helpers import GENUINE, LOGS, run_cli, text_source
@@ -278,10 +278,10 @@ def test_real_server_args_reprs_parse_to_the_values_sglang_set(dump):
 
 
 def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, monkeypatch):
-    from dispatchlab.core import chunkscan
+    from dispatchlab.core.parse import chunkscan, scan
 
     monkeypatch.setattr(chunkscan, "SEGMENT_BYTES", 4 * 1024 * 1024)
-    monkeypatch.setattr(chunkscan, "PARALLEL_MIN_BYTES", 1024 * 1024)
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 1024 * 1024)
     serving = (LOGS / "sglang_h100_serving.log").read_bytes()
     path = tmp_path / "big.log"
     with path.open("wb") as handle:

@@ -7,8 +7,8 @@ import io
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatchlab.core.matching import analyze_parsed
-from dispatchlab.core.parser import parse_sources
+from dispatchlab.core.matching import diagnose
+from dispatchlab.core.parse import ExtraPatterns, parse_sources
 from dispatchlab.core.reading import Source, iter_chunks
 from dispatchlab.core.serverargs import parse_launch_command, parse_server_args
 from dispatchlab.core.signatures import load_knowledge_base
@@ -57,8 +57,8 @@ def _source(data: bytes) -> Source:
 @given(st.lists(line_strategy, max_size=60))
 def test_any_mix_of_log_lines_parses_and_matches_without_raising(lines: list[str]):
     data = "\n".join(lines).encode("utf-8", "surrogatepass")
-    parsed = parse_sources([_source(data)], extra_patterns=KB.patterns)
-    doc = analyze_parsed(parsed, KB)
+    parsed = parse_sources([_source(data)], extra=ExtraPatterns(tuple(KB.patterns)))
+    doc = diagnose(parsed, KB).to_dict()
     assert doc["outcome"] in ("crashed", "ready", "serving", "incomplete")
     assert doc["failure_class"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from dispatchlab.core.matching import apply_fact_overrides, document_facts, match_signatures
-from dispatchlab.core.parser import parse_sources
+from dispatchlab.core.matching import apply_fact_overrides, log_facts, match_signatures
+from dispatchlab.core.parse import ExtraPatterns, parse_sources
 from dispatchlab.core.reading import Source
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
 
@@ -17,10 +17,9 @@ def _source(text: str, name: str) -> Source:
 
 
 def example_matches(signature: Signature, kb: KnowledgeBase, log: str, facts: dict[str, object]) -> bool:
-    parsed = parse_sources([_source(log, f"{signature.id} example")], extra_patterns=kb.patterns)
-    doc = parsed.to_dict()
-    merged = apply_fact_overrides(document_facts(doc), dict(facts))
-    return bool(match_signatures(doc, parsed.pattern_hits, kb, only=[signature], facts=merged))
+    parsed = parse_sources([_source(log, f"{signature.id} example")], extra=ExtraPatterns(tuple(kb.patterns)))
+    merged = apply_fact_overrides(log_facts(parsed), dict(facts))
+    return bool(match_signatures(parsed, parsed.pattern_hits, kb, only=[signature], facts=merged))
 
 
 def run_examples(directory: Path | None = None) -> tuple[list[str], int]:

@@ -1,4 +1,8 @@
-"""The parsed document: what the server was, resolved, went through, and where it died."""
+"""The parsed log: what the server was, resolved, went through, and where it died.
+
+Typed for the stages and for matching; `to_dict` gives the JSON document of docs/contract.md, only at the
+boundaries (CLI, Celery task, API).
+"""
 
 from __future__ import annotations
 
@@ -36,6 +40,11 @@ class Traceback:
     chain: list[dict[str, str]] = field(default_factory=list)  # earlier exceptions of a chained traceback
     end_line: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in vars(self).items() if k != "frames"}
+        out["frames"] = [vars(f).copy() for f in self.frames]
+        return out
+
 
 @dataclass
 class Origin:
@@ -54,14 +63,72 @@ class PatternHit:
 
 
 @dataclass
+class Gpu:
+    name: str | None = None
+    arch: str | None = None
+    count: int | None = None
+    compute_capability: str | None = None
+
+
+@dataclass
+class Crash:
+    line: int
+    phase: str | None
+    exception: str | None
+    message: str
+    rank: str | None
+    ranks: list[str]
+    model: str | None
+    source: str | None = None  # "signature": decided from a known fatal line, not a traceback
+
+    def to_dict(self) -> dict[str, Any]:
+        out = vars(self).copy()
+        if self.source is None:
+            del out["source"]
+        return out
+
+
+@dataclass
+class PhaseSpan:
+    rank: str | None
+    model: str
+    name: str
+    start_line: int
+    end_line: int | None
+    start: str | None
+    end: str | None
+    seconds: float | None
+    detail: str
+
+
+@dataclass
+class ErrorLine:
+    """An error line outside tracebacks, with the ranks that printed the same text."""
+
+    line: int
+    rank: str | None
+    ranks: list[str]
+    kind: str
+    text: str
+    count: int
+    time: str | None
+    fatal: bool
+
+
+@dataclass
+class Metrics:
+    points: list[dict[str, Any]] = field(default_factory=list)
+    total: int = 0
+    sampled_every: int = 1
+
+
+@dataclass
 class ParsedLog:
     server: str = "unknown"
     server_version: str | None = None
     engine: str | None = None  # "sglang" | "vllm" | "tensorrt_llm" | None, wider than the contract's server
     model: str | None = None
-    gpu: dict[str, Any] = field(
-        default_factory=lambda: {"name": None, "arch": None, "count": None, "compute_capability": None}
-    )
+    gpu: Gpu = field(default_factory=Gpu)
     server_args: dict[str, Any] = field(default_factory=dict)
     server_args_complete: bool = True
     launch_command: str | None = None
@@ -72,36 +139,36 @@ class ParsedLog:
     timeline: list[Event] = field(default_factory=list)
     tracebacks: list[Traceback] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
-    crash: dict[str, Any] | None = None
+    crash: Crash | None = None
     outcome: str = "incomplete"
     versions: dict[str, str | None] = field(default_factory=dict)
-    phases: list[dict[str, Any]] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=lambda: {"points": [], "total": 0, "sampled_every": 1})
+    phases: list[PhaseSpan] = field(default_factory=list)
+    metrics: Metrics = field(default_factory=Metrics)
     sources: list[dict[str, Any]] = field(default_factory=list)
     line_count: int = 0
     ranks: list[str] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(
-        default_factory=list
-    )  # error lines outside tracebacks (deduplicated)
+    errors: list[ErrorLine] = field(default_factory=list)
     warnings_count: int = 0
     time_year_known: bool = True  # False: timestamps had no year and use 1900 as a placeholder
     truncated_events: int = 0
     # NCCL_DEBUG=INFO: the transport chosen per rank pair ({"a", "b", "transport", "via", "line"}), deduplicated
     nccl_transports: list[dict[str, Any]] = field(default_factory=list)
-    # matches of extra patterns (the knowledge base's) by pattern index: not part of the JSON document
+    # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
+
+    def traceback_at(self, line: int) -> Traceback | None:
+        return next((t for t in self.tracebacks if t.line == line), None)
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
         doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "pattern_hits"}
+        doc["gpu"] = vars(self.gpu).copy()
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
-        doc["tracebacks"] = [
-            {
-                **{k: v for k, v in vars(t).items() if k != "frames"},
-                "frames": [vars(f).copy() for f in t.frames],
-            }
-            for t in self.tracebacks
-        ]
+        doc["tracebacks"] = [t.to_dict() for t in self.tracebacks]
+        doc["crash"] = self.crash.to_dict() if self.crash else None
+        doc["phases"] = [vars(p).copy() for p in self.phases]
+        doc["metrics"] = vars(self.metrics).copy()
+        doc["errors"] = [vars(e).copy() for e in self.errors]
         doc["backend_origins"] = {k: vars(v).copy() for k, v in self.backend_origins.items()}
         doc["draft_backend_origins"] = {k: vars(v).copy() for k, v in self.draft_backend_origins.items()}
         return doc

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dispatchlab.core.reading import CHUNK_BYTES, MAX_PARSED_LINE_BYTES, normalise_chunk
-from dispatchlab.core.scanner import Scanner
+from dispatchlab.core.parse.scanner import Scanner
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
@@ -27,7 +27,7 @@ CONTINUED = (
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
 SEGMENT_BYTES = 64 * 1024 * 1024
-PARALLEL_MIN_BYTES = 96 * 1024 * 1024
+
 
 
 @dataclass

@@ -1,0 +1,83 @@
+"""What matching concludes about a parsed log: the known failures it matched, the class, the fingerprint.
+
+Typed for the core; `to_dict` gives the `match` document of docs/contract.md at the boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatchlab.core.parse.model import ParsedLog
+
+
+@dataclass
+class Fix:
+    summary: str
+    args: dict[str, Any]
+    env: dict[str, str]
+    tried_and_failed: list[str]
+
+
+@dataclass
+class Evidence:
+    line: int
+    rank: str | None
+    text: str
+
+
+@dataclass
+class Match:
+    id: str
+    title: str
+    failure_class: str
+    confidence: float
+    lines: list[int]
+    facts: dict[str, Any]
+    fix: Fix
+    severity: str
+    level: str  # failure | warning
+    explanation: str
+    references: list[Any]
+    evidence: list[Evidence]
+    decisions: list[Any] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "failure_class": self.failure_class,
+            "confidence": self.confidence,
+            "lines": self.lines,
+            "facts": self.facts,
+            "fix": vars(self.fix).copy(),
+            "decisions": self.decisions,
+            "severity": self.severity,
+            "level": self.level,
+            "explanation": self.explanation,
+            "references": self.references,
+            "evidence": [vars(e).copy() for e in self.evidence],
+        }
+
+
+@dataclass
+class Diagnosis:
+    parsed: ParsedLog
+    matches: list[Match]
+    failure_class: str
+    failure_class_source: str  # signature | inferred | warning
+    fingerprint: str
+    kb_digest: str
+
+    @property
+    def top(self) -> Match | None:
+        return self.matches[0] if self.matches else None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = self.parsed.to_dict()
+        doc["matches"] = [m.to_dict() for m in self.matches]
+        doc["failure_class"] = self.failure_class
+        doc["failure_class_source"] = self.failure_class_source
+        doc["fingerprint"] = self.fingerprint
+        doc["kb_digest"] = self.kb_digest
+        return doc

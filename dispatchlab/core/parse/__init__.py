@@ -1,0 +1,31 @@
+"""From raw log bytes to a ParsedLog, in three named stages.
+
+1. scan (`scan.py`, `chunkscan.py`, `scanner.py`): one pass over the bytes; a multi-pattern prefilter
+   finds the few interesting lines; their rule hits go to
+2. the extractors (`extract/`): arguments, environment, milestones, backends, failures, metrics; each
+   owns its rules and only appends to one `Observations` record;
+3. interpret (`interpret/`): pure functions from Observations to the typed `ParsedLog` (server, GPU,
+   backends main and draft, crash, phases, outcome).
+
+Matching (`dispatchlab.core.matching`) then takes the ParsedLog; its patterns join the scan through
+`ExtraPatterns`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dispatchlab.core.parse.interpret import interpret
+from dispatchlab.core.parse.model import ParsedLog
+from dispatchlab.core.parse.scan import ExtraPatterns, compiled_rules, scan_sources
+from dispatchlab.core.parse.vocabulary import ProgressCallback
+from dispatchlab.core.reading import Source
+
+__all__ = ["ExtraPatterns", "ParsedLog", "ProgressCallback", "parse_sources"]
+
+
+def parse_sources(
+    sources: Sequence[Source], *, progress: ProgressCallback | None = None, extra: ExtraPatterns = ExtraPatterns()
+) -> ParsedLog:
+    """Parse one or several logs (several sources make one document, in the given order)."""
+    return interpret(scan_sources(sources, compiled_rules(extra), progress))

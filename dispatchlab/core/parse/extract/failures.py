@@ -1,0 +1,333 @@
+"""Failures: Python tracebacks (chained, per process), error lines, requested stops, kernels, warnings."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from dispatchlab.core.parse.extract import Hits
+from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.parse.model import ErrorLine, Event, Frame, Traceback
+from dispatchlab.core.parse.observations import FatalLine, Observations
+from dispatchlab.core.parse.vocabulary import (
+    MAX_FRAMES,
+    MAX_KERNELS,
+    MAX_MESSAGE,
+    MAX_TRACEBACKS,
+    MAX_WARNING_EVENTS,
+    without_numbers,
+)
+
+STOP_EXIT_CODES = {"-15", "-2", "143", "130"}
+_TB_TERM = (
+    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault)|Exception|"
+    r"(?:Base)?ExceptionGroup|KeyboardInterrupt|AssertionError|StopIteration)(?::\s?(?P<msg>.*))?$"
+)
+_SIGNAL = (
+    r"[Cc]aught signal (?P<sig>\d+)|[Rr]eceived signal (?P<sig2>\d+)|[Ss]ignal (?P<sig3>\d+) \((?P<name>SIG\w+)\) received|"
+    r"(?P<name2>SIGSEGV|SIGABRT|SIGBUS|SIGFPE|SIGKILL)\b"
+)
+# an operator's stop; a plain "Shutting down" also follows crashes, so it is not one
+_STOP = (
+    r"SIGTERM received|Received SIGTERM|SIGINT received|Received SIGINT|[Rr]eceived signal (?:2|15)\b|"
+    r"Gracefully stopping|Application shutdown complete|Finished server process"
+)
+_KERNEL_NAME = (
+    r"\b[Bb]mm_[A-Za-z0-9]+_\w+|\btrtllm_\w+|\bfmhaSm\d+\w*Kernel\w*|\w+\.cubin\b|\b\w+_kernel\b|"
+    r"\bcutlass_\w+|\b\w*(?:Fmha|Gemm|Moe|MoE)Runner\b|\bErrorin function '\w+'|Error in function '(?P<func>\w+)'"
+)
+_WARNING = (
+    r"^(?:WARNING|WARN)\b|\S+\.py:\d+: \w*Warning: |DeepGemm is enabled but the scale_fmt|"
+    r"is deprecated|may cause|might cause|is not supported|not recommended|[Ff]alling back|fallback to"
+)
+# error kinds outside tracebacks, most specific first
+_ERROR_KINDS = (
+    "cg_failed",
+    "cuda_error",
+    "device_assert",
+    "nccl_error",
+    "oom",
+    "fatal_py",
+    "cpp_abort",
+    "died_init",
+    "subproc_crash",
+    "watchdog",
+    "killed",
+    "signal",
+    "exit_code",
+    "init_failed",
+    "vllm_engine_failed",
+    "sigquit",
+    "garbage_output",
+)
+# what a line says without being the failure itself
+_NOT_FATAL_KINDS = {"error", "sigquit", "garbage_output", "init_failed", "vllm_engine_failed", "exception"}
+_AFTER_STOP_KINDS = {"killed", "signal", "exit_code", "subproc_crash", "died_init"}
+_ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", "oom"})
+_FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
+_NCCL_CHATTER = re.compile(r"NCCL (?:WARN|INFO)")
+
+KERNEL_FUNC = re.compile(r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$")
+KERNEL_TEXT = re.compile(
+    r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
+    r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
+)
+NOT_KERNELS = {"sgl_kernel", "jit_kernel", "triton_kernel", "triton_kernels", "common_ops", "flashinfer_kernel"}
+ERRORISH = re.compile(
+    r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires"
+)
+
+
+@dataclass
+class _OpenTraceback:
+    tb: Traceback
+    chained: list[dict[str, str]] = field(default_factory=list)
+    ignored: bool = False  # printed under "Exception ignored in": not fatal
+    finished: bool = False  # the exception line was seen
+    chained_pending: bool = False  # a "During handling..." line followed it
+
+
+class Failures:
+    RULES: ClassVar[dict[str, str]] = {
+        "exc_head": r"^(?P<comp>Scheduler|DetokenizerManager|TokenizerManager|DataParallelController|TpModelWorker|\w+) hit an exception: (?P<first>.*)$",
+        "tb_start": r"Traceback \(most recent call last\):",
+        "tb_frame": r"^\s*File \"(?P<file>[^\"]+)\", line (?P<line>\d+), in (?P<func>[^\s]+)",
+        "exc_ignored": r"^Exception ignored in",
+        "tb_chain": (
+            r"^\s*(?:The above exception was the direct cause of the following exception:|"
+            r"During handling of the above exception, another exception occurred:)"
+        ),
+        "tb_term": _TB_TERM,
+        "cpp_abort": r"^terminate called after throwing an instance of '(?P<type>[^']+)'|^\s*what\(\):\s+(?P<what>.*)$",
+        "fatal_py": r"^Fatal Python error: (?P<what>.+)$",
+        "signal": _SIGNAL,
+        "exit_code": r"exit(?:ed)? (?:with )?(?:code|status)[: ]+(?P<code>-?\d+)|exitcode\s*:\s*(?P<code2>-?\d+)",
+        "killed": r"^Killed$|Killed process \d+|oom-kill|Out of memory: Killed",
+        "stop_request": _STOP,
+        "sigquit": r"^Received sigquit from a child process|^SIGQUIT received\.",
+        "died_init": r"Rank (?P<rank>\d+) scheduler died during initialization \(exit code: (?P<code>-?\d+)\)",
+        "subproc_crash": r"^Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)",
+        "init_failed": r"Initialization failed\. (?:Please see the error messages above\.|warmup error: )",
+        "watchdog": r"(?:\w+ )?[Ww]atchdog timeout \(self\.watchdog_timeout=|Watchdog caught collective operation timeout",
+        "cg_failed": r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (?P<inner>.*)$",
+        "cuda_error": r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|hipError\w+",
+        "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
+        "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
+        "oom": r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase",
+        "vllm_engine_failed": (
+            r"EngineCore failed to start|Engine core initialization failed|EngineCore encountered (?:a fatal error|an issue)|"
+            r"WorkerProc (?:failed|hit an exception)|died unexpectedly"
+        ),
+        "error_level": r"^(?:ERROR|CRITICAL|FATAL)\b|\[E\] |\bFATAL\b",
+        "warning_line": _WARNING,
+        "kernel_name": _KERNEL_NAME,
+        "garbage_output": r"!!!!!!!!|\b(?:nan|NaN) (?:logits|values?|in logits)|logits contain (?:nan|NaN|inf)",
+    }
+    READS: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, obs: Observations) -> None:
+        self.obs = obs
+        self.open: dict[str | None, _OpenTraceback] = {}
+        self.seen: dict[tuple[str, str, tuple[str, ...]], Traceback] = {}
+        self.ignore_next: dict[str | None, bool] = {}
+        self.last_process: str | None = None  # the rank of the last prefixed line: bare lines belong to it
+        self.warnings_seen: set[str] = set()
+
+    def note_process(self, line: Line) -> None:
+        if line.prefixed:
+            self.last_process = line.rank
+
+    def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
+        if not self._traceback_line(line, hits):
+            self._error_line(line, hits)
+        if "kernel_name" in hits or "tb_frame" in hits:
+            self._kernels(line, hits)
+        if "warning_line" in hits and not (hits.keys() & _ERROR_RULES):
+            self._warning(line)
+        return False
+
+    def finish(self) -> None:
+        for key in list(self.open):
+            self._close(key)
+
+    # ---------------------------------------------------------------- tracebacks
+    def _key(self, line: Line) -> str | None:
+        if line.prefixed:
+            return line.rank
+        return self.last_process
+
+    def _traceback_line(self, line: Line, hits: Hits) -> bool:
+        """Feed a traceback's start, frames, chain marks and exception line; True when the line was one."""
+        key = self._key(line)
+        if "tb_start" in hits:
+            self._start(line, key)
+            if "exc_head" in hits:
+                self.obs.event(line, "error", "exception", line.msg[:300])
+            return True
+        if "exc_ignored" in hits:
+            # "Exception ignored in: <function X.__del__>": CPython printed and swallowed it
+            self.ignore_next[key] = True
+            return True
+        if "tb_chain" in hits:
+            if key in self.open:
+                self.open[key].chained_pending = True
+            return True
+        if "tb_frame" in hits:
+            self._frame(line, key, hits["tb_frame"])
+            return True
+        if "tb_term" in hits and not line.msg.startswith((" ", "\t")):
+            self._exception(line, key, hits["tb_term"])
+            return True
+        return False
+
+    def _start(self, line: Line, key: str | None) -> None:
+        current = self.open.get(key)
+        chain: list[dict[str, str]] = []
+        tb = Traceback(line=line.number, rank=line.rank or key, exception="", message="")
+        if current is not None and current.chained_pending and current.tb.exception:
+            # "During handling ... / The above exception ...": the new traceback continues this one
+            chain = [*current.chained, {"exception": current.tb.exception, "message": current.tb.message}]
+            tb.line = current.tb.line
+            tb.frames = list(current.tb.frames)  # the cause's frames say where it really broke
+            self.ignore_next[key] = current.ignored
+            self.open.pop(key)
+        elif current is not None:
+            self._close(key)
+        self.open[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next.pop(key, False))
+
+    def _frame(self, line: Line, key: str | None, g: re.Match[str]) -> None:
+        current = self.open.get(key)
+        if current is None or current.finished:
+            if current is not None:
+                self._close(key)
+            current = self.open[key] = _OpenTraceback(
+                Traceback(line=line.number, rank=line.rank or key, exception="", message="")
+            )
+        if len(current.tb.frames) < MAX_FRAMES:
+            current.tb.frames.append(Frame(g.group("file"), int(g.group("line")), g.group("func")))
+
+    def _exception(self, line: Line, key: str | None, g: re.Match[str]) -> None:
+        exc, text = g.group("exc"), (g.group("msg") or "").strip()
+        current = self.open.get(key)
+        if current is None:
+            tb = Traceback(line=line.number, rank=line.rank or key, exception=exc, message=text[:MAX_MESSAGE])
+            tb.end_line = line.number
+            self.open[key] = _OpenTraceback(tb, finished=True)
+        elif not current.finished:
+            current.tb.exception = exc
+            current.tb.message = text[:MAX_MESSAGE]
+            current.tb.end_line = line.number
+            current.finished = True
+        # else: the same exception printed again (Python 3.11 notes, logger.exception): keep the first
+
+    def _close(self, key: str | None) -> None:
+        current = self.open.pop(key, None)
+        if current is None:
+            return
+        tb = current.tb
+        if current.ignored:
+            self.obs.ignored_traceback_lines.add(tb.line)
+        if not tb.exception:
+            if not tb.frames:
+                return
+            tb.exception = "(traceback cut off)"
+        tb.chain = current.chained
+        signature = (
+            tb.exception,
+            without_numbers(tb.message, 200),
+            tuple(f"{f.file.rsplit('/', 1)[-1]}:{f.function}" for f in tb.frames[-12:]),
+        )
+        seen = self.seen.get(signature)
+        if seen is not None:
+            seen.count += 1
+            if tb.rank and tb.rank not in seen.ranks:
+                seen.ranks.append(tb.rank)
+            return
+        if tb.rank:
+            tb.ranks = [tb.rank]
+        obs = self.obs
+        if len(obs.tracebacks) < MAX_TRACEBACKS:
+            obs.tracebacks.append(tb)
+            self.seen[signature] = tb
+            detail = f"{tb.exception}: {tb.message[:250]}"
+            obs.timeline.append(Event(tb.line, None, tb.rank, "error", "traceback", detail, None))
+        for frame in tb.frames:
+            if KERNEL_FUNC.match(frame.function):
+                self._kernel(frame.function)
+
+    # ---------------------------------------------------------------- error lines
+    def _error_kind(self, line: Line, hits: Hits) -> str | None:
+        kind = next((name for name in _ERROR_KINDS if name in hits), None)
+        if kind is None:
+            kind = "error" if "error_level" in hits else "exception" if "exc_head" in hits else None
+        if kind in ("exit_code", "subproc_crash"):
+            g = hits[kind]
+            code = g.group("code") or (g.group("code2") if kind == "exit_code" else None)
+            if code in ("0", None):
+                return None
+            if code in STOP_EXIT_CODES and self.obs.stop_line is not None:
+                return None  # the operator stopped the server (SIGTERM / Ctrl-C): children exit with the signal
+        if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
+            return None
+        return kind
+
+    def _error_line(self, line: Line, hits: Hits) -> None:
+        if "stop_request" in hits:
+            self.obs.stop_line = self.obs.stop_line or line.number
+            self.obs.milestone(line, "stop_requested", line.msg[:300])
+            return
+        kind = self._error_kind(line, hits)
+        if kind is not None:
+            self._error(line, kind)
+
+    def _error(self, line: Line, kind: str) -> None:
+        obs = self.obs
+        text = line.msg.strip()
+        norm = without_numbers(text, 300)
+        entry = obs.errors.get(norm)
+        if entry is not None:
+            entry.count += 1
+            if line.rank and line.rank not in entry.ranks:
+                entry.ranks.append(line.rank)
+            return
+        fatal = kind not in _NOT_FATAL_KINDS
+        if line.level in ("WARNING", "INFO", "DEBUG") or _NCCL_CHATTER.search(text):
+            fatal = False  # a warning that mentions OOM or a failed NCCL transport is not the failure itself
+        if obs.stop_line is not None and kind in _AFTER_STOP_KINDS:
+            fatal = False  # children dying after the operator stopped the server
+        ranks = [line.rank] if line.rank else []
+        obs.errors[norm] = ErrorLine(line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal)
+        if fatal or kind == "garbage_output":
+            obs.fatal_lines.append(FatalLine(line.number, line.rank, kind, text))
+        obs.event(line, "error", kind, text[:300])
+
+    # ---------------------------------------------------------------- kernels and warnings
+    def _kernels(self, line: Line, hits: Hits) -> None:
+        msg = line.msg
+        errorish = ERRORISH.search(msg)
+        if "tb_frame" in hits and not errorish:
+            return
+        if not (self._key(line) in self.open or errorish or line.level in ("ERROR", "CRITICAL")):
+            return
+        for km in KERNEL_TEXT.finditer(msg):
+            before, after = msg[max(0, km.start() - 1) : km.start()], msg[km.end() : km.end() + 1]
+            if before in ('"', "/") or (before == "." and after != "("):
+                continue  # a path, a quoted file name or a module (`flashinfer.jit.x_kernel`), not a kernel
+            self._kernel(km.group(0))
+
+    def _kernel(self, name: str) -> None:
+        if name not in NOT_KERNELS and len(self.obs.kernels) < MAX_KERNELS:
+            self.obs.kernels.setdefault(name, None)
+
+    def _warning(self, line: Line) -> None:
+        if line.level in ("INFO", "DEBUG") and not re.search(r"Warning|DeepGemm|deprecated", line.msg):
+            return
+        obs = self.obs
+        obs.warnings_count += 1
+        norm = without_numbers(line.msg, 200)
+        if norm in self.warnings_seen:
+            return
+        self.warnings_seen.add(norm)
+        if len(self.warnings_seen) <= MAX_WARNING_EVENTS:
+            obs.event(line, "warning", "warning", line.msg[:300])

@@ -1,0 +1,108 @@
+"""What the scan saw: the one record the extractors append to and the interpret stage reads.
+
+Extractors only add to it (events, versions, milestones, announcements, failures); nothing here decides
+what the log means. `interpret` turns it into a ParsedLog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.parse.model import ErrorLine, Event, Origin, PatternHit, Traceback
+from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, MAX_TIMELINE_EVENTS
+
+
+class Milestone(NamedTuple):
+    line: int
+    time: str | None
+    rank: str | None
+    name: str
+    model: str
+
+
+class Announcement(NamedTuple):
+    """A backend the server said it uses; weak ones only fill a gap (a dtype in a load line)."""
+
+    key: str
+    origin: Origin
+    model: str
+    weak: bool
+
+
+class FatalLine(NamedTuple):
+    line: int
+    rank: str | None
+    kind: str
+    text: str
+
+
+@dataclass
+class Observations:
+    # the lines themselves
+    line_count: int = 0
+    year: str | None = None  # the first SGLang timestamp's year: vLLM and glog times have none
+    last_time: str | None = None
+    server_votes: dict[str, int] = field(default_factory=lambda: {"sglang": 0, "vllm": 0, "tensorrt_llm": 0})
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[Event] = field(default_factory=list)
+    truncated_events: int = 0
+    pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
+    # arguments and versions
+    server_args: dict[str, Any] = field(default_factory=dict)
+    server_args_complete: bool = True
+    dump_line: int | None = None
+    vllm_args: dict[str, Any] = field(default_factory=dict)
+    launch_args: dict[str, Any] = field(default_factory=dict)
+    launch_command: str | None = None
+    model: str | None = None
+    versions: dict[str, str | None] = field(default_factory=dict)
+    # environment
+    gpu_names: dict[int, str] = field(default_factory=dict)
+    gpu_ccs: dict[int, str] = field(default_factory=dict)
+    rocm: bool = False
+    arch: str | None = None
+    arch_strength: int = 0  # how direct the arch evidence is: 4 torch's own warning ... 1 a kernel name
+    arch_gpu_name: str | None = None
+    nccl_transports: list[dict[str, Any]] = field(default_factory=list)
+    # startup
+    milestones: list[Milestone] = field(default_factory=list)
+    ready_line: int | None = None
+    announcements: list[Announcement] = field(default_factory=list)
+    # failures
+    tracebacks: list[Traceback] = field(default_factory=list)
+    ignored_traceback_lines: set[int] = field(default_factory=set)
+    kernels: dict[str, None] = field(default_factory=dict)
+    errors: dict[str, ErrorLine] = field(default_factory=dict)  # by text without numbers
+    fatal_lines: list[FatalLine] = field(default_factory=list)
+    warnings_count: int = 0
+    stop_line: int | None = None  # the operator asked the server to stop here
+    # throughput
+    metric_points: list[dict[str, Any]] = field(default_factory=list)
+    metric_total: int = 0
+    first_decode_line: int | None = None
+    last_metric_line: int | None = None
+
+    def event(self, line: Line, kind: str, name: str, detail: str, model: str | None = None) -> None:
+        if len(self.timeline) >= MAX_TIMELINE_EVENTS:
+            self.truncated_events += 1
+            return
+        self.timeline.append(Event(line.number, line.time, line.rank, kind, name, detail[:MAX_MESSAGE], model))
+
+    def version(self, key: str, value: str | None) -> None:
+        if value and value.lower() not in ("module not found", "n/a", "could not collect", "none"):
+            value = value.strip().rstrip(".,")
+            if not self.versions.get(key):
+                self.versions[key] = value
+
+    def milestone(self, line: Line, name: str, detail: str, model: str = "main") -> None:
+        self.event(line, "phase", name, detail, model)
+        self.milestones.append(Milestone(line.number, line.time, line.rank, name, model))
+
+    def suggest_arch(self, arch: str | None, strength: int, name: str | None = None) -> None:
+        if arch and strength > self.arch_strength:
+            self.arch = arch
+            self.arch_strength = strength
+            if name and not self.arch_gpu_name:
+                self.arch_gpu_name = name

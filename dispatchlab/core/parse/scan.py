@@ -1,0 +1,172 @@
+"""The scan stage: one pass over the bytes, multi-pattern prefiltered, rule hits handed to the extractors.
+
+Big plain files are scanned by forked workers over line-aligned segments (chunkscan); every other source
+chunk by chunk here. Either way the hits arrive in file order and go to the extractors, which append to one
+Observations record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
+from dispatchlab.core.parse.extract import Extractor, Hits
+from dispatchlab.core.parse.extract.arguments import Arguments
+from dispatchlab.core.parse.extract.backends import Backends
+from dispatchlab.core.parse.extract.environment import Environment
+from dispatchlab.core.parse.extract.failures import Failures
+from dispatchlab.core.parse.extract.metrics import Metrics
+from dispatchlab.core.parse.extract.milestones import Milestones
+from dispatchlab.core.parse.lineformat import Line, split_line
+from dispatchlab.core.parse.model import PatternHit
+from dispatchlab.core.parse.observations import Observations
+from dispatchlab.core.parse.scanner import Scanner
+from dispatchlab.core.parse.vocabulary import MAX_HITS_PER_PATTERN, MAX_MESSAGE, METRIC_POINTS_TARGET, ProgressCallback
+from dispatchlab.core.reading import Source, decode_line, iter_chunks
+
+# the order extractors see a line in: arguments first (a dump line is nothing else), failures last
+EXTRACTORS: tuple[type[Extractor], ...] = (Arguments, Environment, Milestones, Backends, Failures)
+RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
+PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+_DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
+
+
+@dataclass(frozen=True)
+class ExtraPatterns:
+    """Regexes a caller wants reported line by line (the knowledge base's): hits land in
+    `ParsedLog.pattern_hits` by index, at most `max_hits` each. Argument dumps never count as a hit."""
+
+    patterns: tuple[str, ...] = ()
+    max_hits: int = MAX_HITS_PER_PATTERN
+
+
+class CompiledRules:
+    """The rules of every extractor plus the extra patterns, in one multi-pattern scanner."""
+
+    def __init__(self, extra: ExtraPatterns) -> None:
+        self.names = list(RULES)
+        self.extra = extra
+        self.scanner = Scanner([*RULES.values(), *extra.patterns])
+
+
+@lru_cache(maxsize=8)
+def compiled_rules(extra: ExtraPatterns) -> CompiledRules:
+    # compiling the multi-pattern database takes a moment: reuse it across logs (workers parse many)
+    return CompiledRules(extra)
+
+
+class Scan:
+    """One parse's pass: chunk scans in, Observations out."""
+
+    def __init__(self, rules: CompiledRules, stride: int) -> None:
+        self.rules = rules
+        self.stride = stride
+        self.next_sample = 0
+        self.obs = Observations()
+        self.failures = Failures(self.obs)
+        self.milestones = Milestones(self.obs)
+        self.metrics = Metrics(self.obs)
+        extractors: list[Extractor] = [Arguments(self.obs), Environment(self.obs), self.milestones]
+        extractors += [Backends(self.obs), self.failures]
+        self.extractors = [(e, frozenset(e.RULES) | e.READS) for e in extractors]
+
+    def chunks(self, source: Source) -> Iterator[ChunkScan]:
+        for chunk in iter_chunks(source):
+            scan = scan_chunk(self.rules.scanner, chunk, self.stride, self.next_sample)
+            self.next_sample = scan.next_sample
+            yield scan
+
+    def feed(self, scan: ChunkScan) -> None:
+        obs = self.obs
+        base = obs.line_count
+        samples = scan.samples
+        si = 0
+        for hit in scan.hits:
+            while si < len(samples) and samples[si][0] < hit.index:
+                self.metrics.sample(samples[si][1], base + samples[si][0] + 1)
+                si += 1
+            if hit.previous:
+                # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
+                self.failures.note_process(split_line(base + hit.index, decode_line(hit.previous), obs.year))
+            self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+        for index, raw in samples[si:]:
+            self.metrics.sample(raw, base + index + 1)
+        obs.line_count += scan.lines
+        obs.metric_total += scan.metric_lines
+        while len(obs.metric_points) > 2 * METRIC_POINTS_TARGET:
+            # the log is bigger than its stored size said (compressed, stdin): halve the resolution
+            obs.metric_points = obs.metric_points[::2]
+            self.stride *= 2
+
+    def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
+        obs = self.obs
+        line = split_line(number, decode_line(raw), obs.year)
+        if line.time:
+            if line.style == "sglang" and obs.year is None:
+                obs.year = line.time[:4]
+            obs.last_time = line.time
+        self.failures.note_process(line)
+        if line.style == "trtllm":
+            obs.server_votes["tensorrt_llm"] += 3
+        elif line.style in ("sglang", "vllm"):
+            obs.server_votes[line.style] += 1
+        hits = self._hits(line, rule_ids)
+        if hits:
+            for extractor, wants in self.extractors:
+                if not wants.isdisjoint(hits) and extractor.handle(line, hits, following):
+                    break
+
+    def _hits(self, line: Line, rule_ids: tuple[int, ...] | None) -> Hits:
+        compiled = self.rules.scanner.compiled
+        names = self.rules.names
+        base = len(names)
+        hits: Hits = {}
+        for rule in range(len(compiled)) if rule_ids is None else rule_ids:
+            m = compiled[rule].search(line.msg)
+            if m is None:
+                continue
+            if rule >= base:
+                self._extra_hit(rule - base, line, m)
+            else:
+                hits[names[rule]] = m
+        return hits
+
+    def _extra_hit(self, index: int, line: Line, m: re.Match[str]) -> None:
+        if any(mark in line.msg for mark in _DUMP_MARKS):
+            return
+        hits = self.obs.pattern_hits.setdefault(index, [])
+        if len(hits) < self.rules.extra.max_hits:
+            groups = {k: v for k, v in m.groupdict().items() if v is not None}
+            hits.append(PatternHit(line.number, line.rank, line.msg[:MAX_MESSAGE], groups))
+
+    def finish(self) -> Observations:
+        self.failures.finish()
+        return self.obs
+
+
+def scan_sources(
+    sources: Sequence[Source], rules: CompiledRules, progress: ProgressCallback | None = None
+) -> Observations:
+    total: int | None = sum(s.stored_bytes or 0 for s in sources) or None
+    if total and any(s.stored_bytes is None for s in sources):
+        total = None
+    run = Scan(rules, stride=max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET))
+    done = 0
+    workers = parallel_workers()
+    for source in sources:
+        first = run.obs.line_count + 1
+        scans: Iterable[ChunkScan]
+        if source.path is not None and (source.stored_bytes or 0) >= PARALLEL_MIN_BYTES and workers > 1:
+            scans = scan_file_in_parallel(rules.scanner, source.path, source.stored_bytes or 0, run.stride, workers)
+        else:
+            scans = run.chunks(source)
+        for scan in scans:
+            run.feed(scan)
+            if progress is not None:
+                done = min(done + scan.size, total) if total else done + scan.size
+                progress(done, total)
+        run.obs.sources.append({"name": source.name, "first_line": first, "line_count": run.obs.line_count - first + 1})
+    return run.finish()
