@@ -67,9 +67,15 @@ def cmd_match(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from dispatchlab.core.evaluate import evaluate_directory, render_evaluation
+    from dispatchlab.core.evaluate import evaluate_directory, evaluate_leave_one_source_out, render_evaluation
 
-    result = evaluate_directory(args.directory)
+    if args.loso:
+        result = evaluate_leave_one_source_out([*([args.directory] if args.directory else []), *args.loso])
+    elif args.directory:
+        result = evaluate_directory(args.directory)
+    else:
+        sys.stderr.write("eval: give DIR or --loso DIR [DIR...]\n")
+        return 2
     if args.json:
         _print_json({**result, "accuracy": f"{result['correct']}/{result['total']}"})
     else:
@@ -129,7 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
 
     p = sub.add_parser("eval", help="compare match output with labels X.json next to X.log")
-    p.add_argument("directory", metavar="DIR")
+    p.add_argument("directory", metavar="DIR", nargs="?")
+    p.add_argument(
+        "--loso", nargs="+", metavar="DIR", help="leave one source out: corpus and fixture folders"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 
@@ -140,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         func=cmd_kb_test
     )
 
-    from dispatchlab.core.reporter import add_report_arguments
+    from dispatchlab.core.report_args import add_report_arguments
 
     p = sub.add_parser("report", help="upload logs to a dispatchlab server, print the diagnosis and link")
     add_report_arguments(p)

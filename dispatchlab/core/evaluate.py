@@ -1,55 +1,115 @@
-"""`dispatchlab eval DIR`: match every X.log that has a label X.json and score the result."""
+"""`dispatchlab eval DIR`: match every X.log that has a label X.json and score the result.
+
+`dispatchlab eval --loso DIR [DIR...]` scores the same way, leaving one source out at a time: for each
+case, the signatures written from that case's own thread do not count. A signature counts as written from
+a case when every one of its `match` examples comes from it, and an example comes from a case when
+
+* the signature's `references` cite the case's thread (the label's `source`, `owner/repo#N`): a signature
+  that cites a thread was written with that thread's log in view, so all its examples are taken as from it;
+* or the example shares a line of 30 or more characters (log prefixes and traceback scaffolding left
+  aside) with the case's log.
+
+The figure is then what the knowledge base does for a log that no signature was modelled on."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.matching import analyze_sources
 from dispatchlab.core.reading import LogReadError, open_sources
-from dispatchlab.core.signatures import FAILURE_CLASSES, load_knowledge_base
+from dispatchlab.core.signatures import FAILURE_CLASSES, KnowledgeBase, Signature, load_knowledge_base
 
 FIELDS = ("server", "arch", "outcome")
+# Labelled real excerpts kept in the repository; `eval --loso` adds them when they are there.
+FIXTURE_DIRS = (Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "longtail",)
+SHARED_LINE_CHARS = 30
+GENERIC_STARTS = ("Traceback (most recent call last)", 'File "', "The above exception", "During handling")
+LOG_PREFIX = re.compile(
+    r"^\s*(?:\[[^\]]{0,80}\]\s*|\([^)]{0,60}pid=\d+\)\s*|(?:INFO|WARNING|ERROR|DEBUG)\s+\S+\s+\S+\s*(?:\[[^\]]*\])?\s*)+"
+)
+
+
+def _labelled_logs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    if not folder.is_dir():
+        raise LogReadError(f"{folder}: not a directory")
+    return [
+        (log, json.loads(log.with_suffix(".json").read_text(encoding="utf-8")))
+        for log in sorted(folder.glob("*.log"))
+        if log.with_suffix(".json").exists()
+    ]
+
+
+def _run_case(log: Path, label: dict[str, Any], kb: KnowledgeBase) -> dict[str, Any]:
+    try:
+        doc = analyze_sources(open_sources([log]), kb=kb)
+        predicted = doc["failure_class"]
+        facts = {
+            "server": doc["server"] if doc["server"] != "unknown" else doc.get("engine"),
+            "arch": doc["gpu"]["arch"],
+            "outcome": doc["outcome"],
+        }
+        top = doc["matches"][0]["id"] if doc["matches"] else None
+    except LogReadError as error:
+        predicted, facts, top = "other", {}, f"unreadable: {error}"
+    expected = label.get("failure_class", "other")
+    accepted = {expected, *label.get("accept", [])}
+    return {
+        "case": log.stem,
+        "expected": expected,
+        "predicted": predicted,
+        "correct": predicted in accepted,
+        "exact": predicted == expected,
+        "scored": bool(label.get("scored", True)),
+        "top_match": top,
+        "fields": {f: {"expected": label.get(f), "predicted": facts.get(f)} for f in FIELDS},
+    }
 
 
 def evaluate_directory(directory: str | Path) -> dict[str, Any]:
-    folder = Path(directory)
-    if not folder.is_dir():
-        raise LogReadError(f"{directory}: not a directory")
     kb = load_knowledge_base()
+    return score([_run_case(log, label, kb) for log, label in _labelled_logs(Path(directory))])
+
+
+def _lines_of(text: str) -> set[str]:
+    """The distinctive lines of a text: long enough, and not the traceback scaffolding every Python
+    crash prints (`Traceback (most recent call last):`, `File "..."` frames)."""
+    lines = (LOG_PREFIX.sub("", line).strip() for line in text.splitlines())
+    return {line for line in lines if len(line) >= SHARED_LINE_CHARS and not line.startswith(GENERIC_STARTS)}
+
+
+def signature_from_case(signature: Signature, source: str, case_lines: set[str]) -> bool:
+    """True when every `match` example of the signature comes from the case (see the module docstring)."""
+    positives = [e for e in signature.examples if e.expect == "match"]
+    if source and any(ref.strip().split()[0] == source for ref in signature.references if ref.strip()):
+        return True
+    return bool(positives) and all(_lines_of(e.log) & case_lines for e in positives)
+
+
+def evaluate_leave_one_source_out(directories: list[str | Path]) -> dict[str, Any]:
+    folders = [Path(d) for d in directories]
+    folders += [d for d in FIXTURE_DIRS if d.is_dir() and d.resolve() not in {f.resolve() for f in folders}]
+    kb = load_knowledge_base()
+    subsets: dict[frozenset[str], KnowledgeBase] = {}
     cases: list[dict[str, Any]] = []
-    for log in sorted(folder.glob("*.log")):
-        label_path = log.with_suffix(".json")
-        if not label_path.exists():
-            continue
-        label = json.loads(label_path.read_text(encoding="utf-8"))
-        try:
-            doc = analyze_sources(open_sources([log]), kb=kb)
-            predicted = doc["failure_class"]
-            facts = {
-                "server": doc["server"] if doc["server"] != "unknown" else doc.get("engine"),
-                "arch": doc["gpu"]["arch"],
-                "outcome": doc["outcome"],
-            }
-            top = doc["matches"][0]["id"] if doc["matches"] else None
-        except LogReadError as error:
-            predicted, facts, top = "other", {}, f"unreadable: {error}"
-        expected = label.get("failure_class", "other")
-        accepted = {expected, *label.get("accept", [])}
-        cases.append(
-            {
-                "case": log.stem,
-                "expected": expected,
-                "predicted": predicted,
-                "correct": predicted in accepted,
-                "exact": predicted == expected,
-                "scored": bool(label.get("scored", True)),
-                "top_match": top,
-                "fields": {f: {"expected": label.get(f), "predicted": facts.get(f)} for f in FIELDS},
-            }
-        )
+    for folder in folders:
+        for log, label in _labelled_logs(folder):
+            case_lines = _lines_of(log.read_text(encoding="utf-8", errors="replace"))
+            source = str(label.get("source") or "")
+            held_out = frozenset(s.id for s in kb.signatures if signature_from_case(s, source, case_lines))
+            if held_out not in subsets:
+                kept = [dataclasses.replace(s) for s in kb.signatures if s.id not in held_out]
+                subsets[held_out] = KnowledgeBase.from_signatures(kept, f"{kb.digest}-loso")
+            case = _run_case(log, label, subsets[held_out])
+            cases.append({**case, "case": f"{folder.name}/{log.stem}", "held_out": sorted(held_out)})
+    return {**score(cases), "folders": [str(f) for f in folders]}
+
+
+def score(cases: list[dict[str, Any]]) -> dict[str, Any]:
     scored = [c for c in cases if c["scored"]]
     classes = [c for c in FAILURE_CLASSES if any(x["expected"] == c or x["predicted"] == c for x in scored)]
     per_class: dict[str, dict[str, float | int]] = {}
@@ -90,8 +150,9 @@ def render_evaluation(result: dict[str, Any]) -> str:
     for case in result["cases"]:
         mark = "ok " if case["correct"] else "BAD"
         scored = "" if case["scored"] else " (unscored)"
+        held = f" [held out: {', '.join(case['held_out'])}]" if case.get("held_out") else ""
         out.append(
-            f"{mark} {case['case']:<22} expected {case['expected']:<27} got {case['predicted']:<27} {case['top_match'] or ''}{scored}"
+            f"{mark} {case['case']:<22} expected {case['expected']:<27} got {case['predicted']:<27} {case['top_match'] or ''}{scored}{held}"
         )
     out.append("")
     out.append(f"{'class':<28} {'precision':>9} {'recall':>7} {'support':>8}")
@@ -110,5 +171,7 @@ def render_evaluation(result: dict[str, Any]) -> str:
         out.append(f"{field_name} accuracy: {acc['correct']}/{acc['total']}")
     out.append(f"false alarms on clean logs: {result['false_alarms']}/{result['clean_logs']}")
     out.append(f"all cases (scored and unscored): {result['all_correct']}/{result['all_total']}")
+    if "folders" in result:
+        out.append(f"leave-one-source-out over {', '.join(result['folders'])}")
     out.append(f"accuracy: {result['correct']}/{result['total']}")
     return "\n".join(out) + "\n"

@@ -14,9 +14,9 @@ from typing import Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
 from dispatchlab.core.inference import fingerprint, infer_failure_class
-from dispatchlab.core.parse import ExtraPatterns, ParsedLog, ProgressCallback, parse_sources
+from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
 from dispatchlab.core.parse.interpret.crash import crash_from_fatal_line
-from dispatchlab.core.parse.model import PatternHit
+from dispatchlab.core.parse.model import ParsedLog, PatternHit
 from dispatchlab.core.parse.vocabulary import VERSION_KEYS
 from dispatchlab.core.reading import Source
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
@@ -126,7 +126,9 @@ def check_conditions(signature: Signature, facts: dict[str, Any]) -> ConditionRe
     for key, (fact, negate) in _SIMPLE_CONDITIONS.items():
         if key in cond and not check.one(fact, facts.get(fact), cond[key], negate):
             return check.result(False)
-    if "crash_model" in cond and not check.one("crash_model", facts.get("crash_model"), [cond["crash_model"]]):
+    if "crash_model" in cond and not check.one(
+        "crash_model", facts.get("crash_model"), [cond["crash_model"]]
+    ):
         return check.result(False)
     for package, spec in cond.get("versions", {}).items():
         if not check.version(package, facts["versions"].get(package), spec):
@@ -200,7 +202,9 @@ def _confidence(sig: Signature, result: ConditionResult, lines: list[int], at_cr
     return round(max(0.05, min(0.99, confidence)), 2)
 
 
-def _match(sig: Signature, server: Any, evidence: list[PatternHit], result: ConditionResult, confidence: float) -> Match:
+def _match(
+    sig: Signature, server: Any, evidence: list[PatternHit], result: ConditionResult, confidence: float
+) -> Match:
     variant = sig.fix_by_server.get(str(server))
     captured: dict[str, Any] = {}
     for hit in evidence:
@@ -264,7 +268,13 @@ def match_signatures(
         at_crash = window is not None and any(window[0] <= n <= window[1] + 40 for n in lines)
         confidence = _confidence(sig, result, lines, at_crash)
         specificity = result.satisfied + len(sig.all_ids) + len(sig.sequence_ids)
-        key = (float(sig.level == "failure"), float(at_crash), confidence, float(specificity), -float(lines[0]))
+        key = (
+            float(sig.level == "failure"),
+            float(at_crash),
+            confidence,
+            float(specificity),
+            -float(lines[0]),
+        )
         ranked.append((key, _match(sig, facts.get("server"), evidence, result, confidence)))
     ranked.sort(key=lambda pair: pair[0], reverse=True)
     return _supersede([m for _, m in ranked], signatures)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from dispatchlab.core.reading import Source
 
@@ -14,7 +17,39 @@ ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 GENUINE = ROOT / "tests" / "fixtures" / "genuine"
-CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+def corpus_candidates(environ: os._Environ[str] | dict[str, str] = os.environ) -> list[Path]:
+    """Where the real-log corpus may be: DISPATCHLAB_CORPUS, ../shared/corpus next to the repo,
+    /work/shared/corpus; in that order."""
+    chosen = environ.get("DISPATCHLAB_CORPUS", "").strip()
+    defaults = [ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")]
+    return [Path(chosen), *defaults] if chosen else defaults
+
+
+def find_corpus(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path | None:
+    return next((path for path in corpus_candidates(environ) if any(path.glob("*.log"))), None)
+
+
+def in_ci() -> bool:
+    """`.ci/run` exports DISPATCHLAB_CI=1: there a missing input is a broken run, not a skip."""
+    return os.environ.get("DISPATCHLAB_CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def require_corpus() -> Path:
+    """The corpus folder, or a skip where it is missing; in CI a missing corpus fails the run."""
+    corpus = find_corpus()
+    if corpus is not None:
+        return corpus
+    message = "no corpus of real logs in " + ", ".join(map(str, corpus_candidates()))
+    if in_ci():
+        pytest.fail(
+            f"{message}; DISPATCHLAB_CI is set, so the corpus tests may not be skipped", pytrace=False
+        )
+    pytest.skip(message)
+
+
+CORPUS = find_corpus() or ROOT.parent / "shared" / "corpus"
 
 CONTRACT_FIELDS = {
     "server",

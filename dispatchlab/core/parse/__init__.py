@@ -8,24 +8,32 @@
    backends main and draft, crash, phases, outcome).
 
 Matching (`dispatchlab.core.matching`) then takes the ParsedLog; its patterns join the scan through
-`ExtraPatterns`.
+`ExtraPatterns`. Importing this package is cheap: the stages load on the first parse.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from dispatchlab.core.parse.interpret import interpret
-from dispatchlab.core.parse.model import ParsedLog
-from dispatchlab.core.parse.scan import ExtraPatterns, compiled_rules, scan_sources
+from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS, ExtraPatterns
 from dispatchlab.core.parse.vocabulary import ProgressCallback
-from dispatchlab.core.reading import Source
 
-__all__ = ["ExtraPatterns", "ParsedLog", "ProgressCallback", "parse_sources"]
+if TYPE_CHECKING:
+    from dispatchlab.core.parse.model import ParsedLog
+    from dispatchlab.core.reading import Source
+
+__all__ = ["ExtraPatterns", "ProgressCallback", "parse_sources"]
 
 
 def parse_sources(
-    sources: Sequence[Source], *, progress: ProgressCallback | None = None, extra: ExtraPatterns = ExtraPatterns()
+    sources: Sequence[Source],
+    *,
+    progress: ProgressCallback | None = None,
+    extra: ExtraPatterns = NO_EXTRA_PATTERNS,
 ) -> ParsedLog:
     """Parse one or several logs (several sources make one document, in the given order)."""
+    from dispatchlab.core.parse.interpret import interpret
+    from dispatchlab.core.parse.scan import compiled_rules, scan_sources
+
     return interpret(scan_sources(sources, compiled_rules(extra), progress))

@@ -5,14 +5,13 @@ in worker processes over line-aligned segments (one per core), so gigabyte logs 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatchlab.core.reading import CHUNK_BYTES, MAX_PARSED_LINE_BYTES, normalise_chunk
 from dispatchlab.core.parse.scanner import Scanner
+from dispatchlab.core.reading import CHUNK_BYTES, MAX_PARSED_LINE_BYTES, normalise_chunk
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
@@ -27,7 +26,6 @@ CONTINUED = (
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
 SEGMENT_BYTES = 64 * 1024 * 1024
-
 
 
 @dataclass
@@ -187,6 +185,8 @@ def _scan_segment(task: tuple[str, int, int, int]) -> list[ChunkScan]:
 
 
 def parallel_workers() -> int:
+    import multiprocessing  # not at import time: the one-line log of a CLI call never needs it
+
     configured = os.environ.get("DISPATCHLAB_PARSE_WORKERS")
     if configured:
         return max(1, int(configured))
@@ -199,6 +199,8 @@ def scan_file_in_parallel(
     scanner: Scanner, path: Path, size: int, stride: int, workers: int
 ) -> Iterator[ChunkScan]:
     """ChunkScans of a plain file, in file order, computed by `workers` forked processes."""
+    import multiprocessing
+
     global _WORKER_SCANNER
     _WORKER_SCANNER = scanner  # inherited by the forked workers: no recompiling
     tasks = [(str(path), start, end, stride) for start, end in _segment_bounds(path, size)]

@@ -88,7 +88,9 @@ class Observations:
         if len(self.timeline) >= MAX_TIMELINE_EVENTS:
             self.truncated_events += 1
             return
-        self.timeline.append(Event(line.number, line.time, line.rank, kind, name, detail[:MAX_MESSAGE], model))
+        self.timeline.append(
+            Event(line.number, line.time, line.rank, kind, name, detail[:MAX_MESSAGE], model)
+        )
 
     def version(self, key: str, value: str | None) -> None:
         if value and value.lower() not in ("module not found", "n/a", "could not collect", "none"):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
+from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import Arguments
 from dispatchlab.core.parse.extract.backends import Backends
@@ -24,7 +24,11 @@ from dispatchlab.core.parse.lineformat import Line, split_line
 from dispatchlab.core.parse.model import PatternHit
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.parse.scanner import Scanner
-from dispatchlab.core.parse.vocabulary import MAX_HITS_PER_PATTERN, MAX_MESSAGE, METRIC_POINTS_TARGET, ProgressCallback
+from dispatchlab.core.parse.vocabulary import (
+    MAX_MESSAGE,
+    METRIC_POINTS_TARGET,
+    ProgressCallback,
+)
 from dispatchlab.core.reading import Source, decode_line, iter_chunks
 
 # the order extractors see a line in: arguments first (a dump line is nothing else), failures last
@@ -34,15 +38,6 @@ PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 
 
-@dataclass(frozen=True)
-class ExtraPatterns:
-    """Regexes a caller wants reported line by line (the knowledge base's): hits land in
-    `ParsedLog.pattern_hits` by index, at most `max_hits` each. Argument dumps never count as a hit."""
-
-    patterns: tuple[str, ...] = ()
-    max_hits: int = MAX_HITS_PER_PATTERN
-
-
 class CompiledRules:
     """The rules of every extractor plus the extra patterns, in one multi-pattern scanner."""
 
@@ -50,6 +45,7 @@ class CompiledRules:
         self.names = list(RULES)
         self.extra = extra
         self.scanner = Scanner([*RULES.values(), *extra.patterns])
+        self.rule_count = len(self.names)
 
 
 @lru_cache(maxsize=8)
@@ -120,12 +116,12 @@ class Scan:
                     break
 
     def _hits(self, line: Line, rule_ids: tuple[int, ...] | None) -> Hits:
-        compiled = self.rules.scanner.compiled
+        regex = self.rules.scanner.regex
         names = self.rules.names
-        base = len(names)
+        base = self.rules.rule_count
         hits: Hits = {}
-        for rule in range(len(compiled)) if rule_ids is None else rule_ids:
-            m = compiled[rule].search(line.msg)
+        for rule in range(len(self.rules.scanner.patterns)) if rule_ids is None else rule_ids:
+            m = regex(rule).search(line.msg)
             if m is None:
                 continue
             if rule >= base:
@@ -147,6 +143,16 @@ class Scan:
         return self.obs
 
 
+def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
+    """A big plain file is scanned by forked workers, segment by segment; anything else here, chunk by chunk."""
+    path, size = source.path, source.stored_bytes or 0
+    if path is not None and size >= PARALLEL_MIN_BYTES:
+        workers = parallel_workers()
+        if workers > 1:
+            return scan_file_in_parallel(run.rules.scanner, path, size, run.stride, workers)
+    return run.chunks(source)
+
+
 def scan_sources(
     sources: Sequence[Source], rules: CompiledRules, progress: ProgressCallback | None = None
 ) -> Observations:
@@ -155,18 +161,13 @@ def scan_sources(
         total = None
     run = Scan(rules, stride=max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET))
     done = 0
-    workers = parallel_workers()
     for source in sources:
         first = run.obs.line_count + 1
-        scans: Iterable[ChunkScan]
-        if source.path is not None and (source.stored_bytes or 0) >= PARALLEL_MIN_BYTES and workers > 1:
-            scans = scan_file_in_parallel(rules.scanner, source.path, source.stored_bytes or 0, run.stride, workers)
-        else:
-            scans = run.chunks(source)
-        for scan in scans:
+        for scan in _scans_of(run, source):
             run.feed(scan)
             if progress is not None:
                 done = min(done + scan.size, total) if total else done + scan.size
                 progress(done, total)
-        run.obs.sources.append({"name": source.name, "first_line": first, "line_count": run.obs.line_count - first + 1})
+        lines = run.obs.line_count - first + 1
+        run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
     return run.finish()

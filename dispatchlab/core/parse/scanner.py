@@ -9,18 +9,17 @@ answer: the routine lines never match a rule (tests/core/test_scanner.py checks 
 
 from __future__ import annotations
 
-import hashlib
+import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
+
+from dispatchlab.core.cache import cache_path, read_cached, write_cached
 
 try:  # optional accelerator: `pip install dispatchlab[fast]`
     import hyperscan as _hs
 except ImportError:  # pragma: no cover - exercised by DISPATCHLAB_NO_HYPERSCAN in tests
     _hs = None  # type: ignore[assignment]
-
-import os
 
 # Routine lines (batch statistics, access log, health checks): about 97% of a serving log.
 ROUTINE = re.compile(
@@ -31,6 +30,10 @@ ROUTINE = re.compile(
 
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 _INLINE_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+
+
+# bump when _to_hyperscan changes: cached databases built by the old translation are then ignored
+_TRANSLATION = 2
 
 
 def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
@@ -49,27 +52,6 @@ def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
     return pattern.encode("utf-8"), flags
 
 
-def _cache_path(entries: list[tuple[bytes, int, int]]) -> Path:
-    """Compiling the database takes about a second; the CLI reuses it from a cache file keyed by the patterns."""
-    base = os.environ.get("DISPATCHLAB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dispatchlab"
-    )
-    digest = hashlib.sha256(repr((getattr(_hs, "__version__", ""), entries)).encode()).hexdigest()[:24]
-    return Path(base) / f"hs-{digest}.db"
-
-
-def _store(path: Path, db: Any) -> None:
-    if _hs is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(_hs.dumpb(db))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only home: compile every time
-
-
 def hyperscan_enabled() -> bool:
     return _hs is not None and not os.environ.get("DISPATCHLAB_NO_HYPERSCAN")
 
@@ -79,31 +61,40 @@ class Scanner:
 
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = list(patterns)
-        self.compiled = [re.compile(p) for p in self.patterns]
+        self._compiled: list[re.Pattern[str] | None] = [None] * len(self.patterns)
         self.db: Any = None
         self.python_only: list[int] = []
         if hyperscan_enabled():
             self._compile_hyperscan()
 
+    def regex(self, index: int) -> re.Pattern[str]:
+        """The Python regex of one pattern, compiled on first use (most never hit a given log)."""
+        compiled = self._compiled[index]
+        if compiled is None:
+            compiled = self._compiled[index] = re.compile(self.patterns[index])
+        return compiled
+
     def _compile_hyperscan(self) -> None:
         assert _hs is not None
-        base = _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY
-        entries = []
-        for index, pattern in enumerate(self.patterns):
-            expression, extra = _to_hyperscan(pattern)
-            entries.append((expression, index, base | extra))
-        cached = _cache_path(entries)
-        if cached.exists():
+        # keyed by the patterns as given: a warm start translates none of them
+        cached = cache_path("hs", (getattr(_hs, "__version__", ""), _TRANSLATION, self.patterns), ".db")
+        stored = read_cached(cached)
+        if stored is not None:
             try:
-                db = _hs.loadb(cached.read_bytes(), _hs.HS_MODE_BLOCK)
+                db = _hs.loadb(stored, _hs.HS_MODE_BLOCK)
                 db.scratch = _hs.Scratch(db)  # a loaded database has no scratch space of its own
                 self.db = db
                 return
             except Exception:  # a stale or foreign cache file: rebuild it
                 pass
+        base = _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY
+        entries = []
+        for index, pattern in enumerate(self.patterns):
+            expression, extra = _to_hyperscan(pattern)
+            entries.append((expression, index, base | extra))
         try:
             self.db = self._build(entries)
-            _store(cached, self.db)
+            write_cached(cached, _hs.dumpb(self.db))
             return
         except Exception:  # a pattern Hyperscan cannot take: find it below and keep it in Python
             pass

@@ -7,6 +7,7 @@ that produced a match, so old matches stay explainable.
 from __future__ import annotations
 
 import hashlib
+import pickle
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dispatchlab.core.cache import cache_path, read_cached, write_cached
 from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -236,6 +238,7 @@ def _conditions(raw: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def load_signature(path: Path) -> Signature:
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
@@ -353,12 +356,28 @@ def load_knowledge_base(directory: Path | None = None) -> KnowledgeBase:
     return _load_cached(str(directory or DATA_DIR), _tree_stamp(directory or DATA_DIR))
 
 
-def _tree_stamp(directory: Path) -> tuple[tuple[str, float], ...]:
-    return tuple((str(p), p.stat().st_mtime) for p in signature_files(directory))
+def _tree_stamp(directory: Path) -> tuple[tuple[str, int, int], ...]:
+    return tuple((str(p), (st := p.stat()).st_mtime_ns, st.st_size) for p in signature_files(directory))
 
 
 @lru_cache(maxsize=4)
-def _load_cached(directory: str, stamp: tuple[tuple[str, float], ...]) -> KnowledgeBase:
+def _load_cached(directory: str, stamp: tuple[tuple[str, int, int], ...]) -> KnowledgeBase:
+    # a validated knowledge base is kept on disk too: a CLI call then starts without parsing ~100 TOML files
+    path = cache_path("kb", (directory, stamp), ".pickle")
+    stored = read_cached(path)
+    if stored is not None:
+        try:
+            loaded = pickle.loads(stored)
+            if isinstance(loaded, KnowledgeBase):
+                return loaded
+        except Exception:  # written by another version of this code: rebuild it
+            pass
+    kb = _load(directory)
+    write_cached(path, pickle.dumps(kb, protocol=pickle.HIGHEST_PROTOCOL))
+    return kb
+
+
+def _load(directory: str) -> KnowledgeBase:
     files = signature_files(Path(directory))
     digest = hashlib.sha256()
     signatures: list[Signature] = []

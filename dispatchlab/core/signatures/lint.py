@@ -66,6 +66,52 @@ def _longest_literal(pattern: str) -> int:
     return shortest or 0
 
 
+# Words too common to show that a negative example is a near miss of the pattern it sits next to.
+_STOPWORDS = frozenset(
+    {"this", "that", "with", "from", "have", "been", "does", "only", "than", "will", "when"}
+)
+
+
+def _literal_runs(pattern: str) -> list[str]:
+    """The literal text of a pattern, in runs cut at every regex construct (escapes resolved)."""
+    body = re.sub(r"^\(\?[a-z]+\)", "", pattern)
+    stripped = re.sub(r"\[(?:\\.|[^\]])*\]|\(\?(?:P<\w+>|:)|\\[dswbDSWBn]|\{\d*,?\d*\}", "\x00", body)
+    runs = re.findall(r"(?:\\[^dswbDSWBn]|[^.^$*+?{}\[\]\\|()\x00])+", stripped)
+    return [re.sub(r"\\(.)", r"\1", run) for run in runs]
+
+
+def near_miss_fragments(patterns: list[str]) -> set[str]:
+    """Lower-cased text a near miss shares with the patterns: each word of 4+ characters of their literal
+    parts; for a pattern without such words (a run of `!`), the first half of its longest literal."""
+    fragments: set[str] = set()
+    for pattern in patterns:
+        runs = _literal_runs(pattern)
+        words = {
+            word.lower()
+            for run in runs
+            for word in re.findall(r"[A-Za-z0-9_]{4,}", run)
+            if word.lower() not in _STOPWORDS
+        }
+        if not words and runs:
+            longest = max(runs, key=len).strip()
+            words = {longest[: max(2, len(longest) // 2)].lower()} if longest else set()
+        fragments |= words
+    return fragments
+
+
+def check_negative_examples_are_near_misses(signature: Signature) -> list[str]:
+    """A `no_match` example that shares no text with the patterns would pass whatever they say: it tests
+    nothing. Each must hold a near miss (the same words in a harmless line, or a matching line whose facts
+    the conditions reject)."""
+    fragments = near_miss_fragments(signature.patterns)
+    return [
+        f"{signature.path}: example[{index}]: the no_match example shares no word with the patterns, "
+        "so it cannot fail; make it a near miss"
+        for index, example in enumerate(signature.examples)
+        if example.expect == "no_match" and not any(f in example.log.lower() for f in fragments)
+    ]
+
+
 def _versions_for(signature: Signature, server: str, versions: dict[str, Any]) -> list[str]:
     """The catalog versions the signature applies to, newest first."""
     spec = signature.conditions.get("versions", {}).get(server)
@@ -141,6 +187,7 @@ def lint_signature(signature: Signature) -> list[str]:
     if not signature.explanation.strip() or not signature.fix_summary.strip():
         problems.append(f"{signature.path}: explanation/fix.summary: must not be empty")
     problems.extend(check_fix_flags(signature))
+    problems.extend(check_negative_examples_are_near_misses(signature))
     return problems
 
 

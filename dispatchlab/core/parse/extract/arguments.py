@@ -17,9 +17,7 @@ from dispatchlab.core.serverargs import (
     parse_vllm_non_default,
 )
 
-_ENGINE_CONFIG = (
-    r"Initializing a V\d LLM engine \(v(?P<version>[^)]+)\) with config: |LLM engine \(v(?P<version2>[^)]+)\) with config:"
-)
+_ENGINE_CONFIG = r"Initializing a V\d LLM engine \(v(?P<version>[^)]+)\) with config: |LLM engine \(v(?P<version2>[^)]+)\) with config:"
 _LAUNCH = (
     r"(?:python[\d.]*\s+-m\s+sglang\.launch_server|sglang\s+serve\s|"
     r"python[\d.]*\s+-m\s+vllm\.entrypoints\.openai\.api_server|(?:^|[\s$>#])vllm\s+serve\s)"

@@ -154,7 +154,9 @@ class Environment:
                 arch = archmod.arch_from_gpu_name(name.group(0))
                 if arch:
                     obs.suggest_arch(arch, 2, name=name.group(0).strip())
-        if obs.arch_strength < 1 and ("kernel_name" in hits or "tb_frame" in hits or "device_statement" in hits):
+        if obs.arch_strength < 1 and (
+            "kernel_name" in hits or "tb_frame" in hits or "device_statement" in hits
+        ):
             obs.suggest_arch(archmod.weak_arch_hint(line.msg), 1)
 
     def _nccl_channel(self, line: Line, g: re.Match[str]) -> None:

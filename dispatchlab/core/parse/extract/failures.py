@@ -68,12 +68,21 @@ _ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", 
 _FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
 _NCCL_CHATTER = re.compile(r"NCCL (?:WARN|INFO)")
 
-KERNEL_FUNC = re.compile(r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$")
+KERNEL_FUNC = re.compile(
+    r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$"
+)
 KERNEL_TEXT = re.compile(
     r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
     r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
 )
-NOT_KERNELS = {"sgl_kernel", "jit_kernel", "triton_kernel", "triton_kernels", "common_ops", "flashinfer_kernel"}
+NOT_KERNELS = {
+    "sgl_kernel",
+    "jit_kernel",
+    "triton_kernel",
+    "triton_kernels",
+    "common_ops",
+    "flashinfer_kernel",
+}
 ERRORISH = re.compile(
     r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires"
 )
@@ -267,7 +276,9 @@ class Failures:
             if code in ("0", None):
                 return None
             if code in STOP_EXIT_CODES and self.obs.stop_line is not None:
-                return None  # the operator stopped the server (SIGTERM / Ctrl-C): children exit with the signal
+                return (
+                    None  # the operator stopped the server (SIGTERM / Ctrl-C): children exit with the signal
+                )
         if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
             return None
         return kind
@@ -297,7 +308,9 @@ class Failures:
         if obs.stop_line is not None and kind in _AFTER_STOP_KINDS:
             fatal = False  # children dying after the operator stopped the server
         ranks = [line.rank] if line.rank else []
-        obs.errors[norm] = ErrorLine(line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal)
+        obs.errors[norm] = ErrorLine(
+            line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal
+        )
         if fatal or kind == "garbage_output":
             obs.fatal_lines.append(FatalLine(line.number, line.rank, kind, text))
         obs.event(line, "error", kind, text[:300])

@@ -10,8 +10,14 @@ from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.reading import decode_line
 
 _FIELDS = [
-    ("gen_throughput", re.compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)")),
-    ("input_throughput", re.compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)")),
+    (
+        "gen_throughput",
+        re.compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)"),
+    ),
+    (
+        "input_throughput",
+        re.compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)"),
+    ),
     ("running", re.compile(r"#running-req: (\d+)|Running: (\d+) reqs")),
     ("queued", re.compile(r"#queue-req: (\d+)|Waiting: (\d+) reqs")),
     ("token_usage", re.compile(r"token usage: ([\d.]+)|KV cache usage: ([\d.]+)%")),
@@ -52,7 +58,9 @@ class Metrics:
         point: dict[str, Any] = {"line": number, "time": line.time, "rank": line.rank, "kind": kind}
         for field_name, pattern in _FIELDS:
             found = pattern.search(line.msg)
-            point[field_name] = _number(next((g for g in found.groups() if g is not None), None)) if found else None
+            point[field_name] = (
+                _number(next((g for g in found.groups() if g is not None), None)) if found else None
+            )
         if point["token_usage"] is not None and kind == "vllm":
             point["token_usage"] = point["token_usage"] / 100.0
         obs.last_metric_line = number

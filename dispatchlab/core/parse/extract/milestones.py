@@ -11,8 +11,8 @@ from typing import ClassVar
 
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
-from dispatchlab.core.parse.observations import Announcement, Observations
 from dispatchlab.core.parse.model import Origin
+from dispatchlab.core.parse.observations import Announcement, Observations
 from dispatchlab.core.parse.vocabulary import Phase
 
 _CG_BEGIN = (

@@ -68,6 +68,8 @@ def interpret(obs: Observations) -> ParsedLog:
     )
     doc.ranks = _ranks(timeline, doc.metrics)
     # vLLM and glog timestamps carry no year: take it from any dated line, else mark it as a placeholder
-    doc.time_year_known = obs.year is not None or not any(e.time and e.time.startswith("0000") for e in timeline)
+    doc.time_year_known = obs.year is not None or not any(
+        e.time and e.time.startswith("0000") for e in timeline
+    )
     fill_year(doc, obs.year or "1900")
     return doc

@@ -41,16 +41,18 @@ def _flags_given(obs: Observations, server: str) -> set[str]:
     return {canonical_sglang_flag(k) if server == "sglang" else k for k in obs.launch_args}
 
 
-def _from_args(obs: Observations, server: str, version: str | None, args: dict[str, Any]) -> dict[str, Origin]:
+def _from_args(
+    obs: Observations, server: str, version: str | None, args: dict[str, Any]
+) -> dict[str, Origin]:
     given = _flags_given(obs, server)
     fields = SGLANG_BACKEND_FIELDS if server != "vllm" else VLLM_BACKEND_FIELDS
-    defaults = defaults_by_field(server, version) if server in ("sglang", "vllm") else {}
     origins: dict[str, Origin] = {}
     for key, field_name in fields.items():
         value = args.get(field_name)
         if value is None or isinstance(value, (dict, list)):
             continue
         source = "flag" if field_name in given else "args"
+        defaults = defaults_by_field(server, version) if server in ("sglang", "vllm") else {}
         if source == "args" and field_name in defaults and defaults[field_name] == value:
             source = "default"  # the catalog of this release says nobody had to set it
         origins[key] = Origin(str(value), source, obs.dump_line, None)
@@ -68,7 +70,9 @@ def _refine(obs: Observations, main: dict[str, Origin], draft: dict[str, Origin]
             target[key] = origin
 
 
-def _draft(obs: Observations, args: dict[str, Any], main: dict[str, Origin], draft: dict[str, Origin]) -> None:
+def _draft(
+    obs: Observations, args: dict[str, Any], main: dict[str, Origin], draft: dict[str, Origin]
+) -> None:
     given = {canonical_sglang_flag(k) for k in obs.launch_args}
 
     def from_arg(key: str, field_name: str) -> None:
@@ -90,14 +94,18 @@ def _draft(obs: Observations, args: dict[str, Any], main: dict[str, Origin], dra
     phase_key = "decode_attention_backend" if mode == "decode" else "prefill_attention_backend"
     if "attention_backend" not in draft and phase_key in main:
         origin = main[phase_key]
-        draft["attention_backend"] = Origin(origin.value, "inherited", origin.line, f"speculative_attention_mode={mode}")
+        draft["attention_backend"] = Origin(
+            origin.value, "inherited", origin.line, f"speculative_attention_mode={mode}"
+        )
     inherit("attention_backend", "no draft attention backend set: uses the main model's")
     from_arg("quantization", "speculative_draft_model_quantization")
     for key in list(main):
         if key != "quantization" and not key.startswith(("prefill_", "decode_")):
             inherit(key, "shared with the main model")
     if args.get("speculative_algorithm"):
-        draft.setdefault("speculative_algorithm", Origin(str(args["speculative_algorithm"]), "args", obs.dump_line, None))
+        draft.setdefault(
+            "speculative_algorithm", Origin(str(args["speculative_algorithm"]), "args", obs.dump_line, None)
+        )
 
 
 def resolve_backends(

@@ -21,7 +21,9 @@ WRAPPER_EXCEPTIONS = re.compile(
     r"Initialization failed\.|scheduler died during initialization|Worker failed with error|"
     r"^SystemExit$|^KeyboardInterrupt$|ChildProcessError|^(?:Base)?ExceptionGroup\b"
 )
-DRAFT_FRAME = re.compile(r"speculative/|eagle_worker|eagle_draft|draft_|_nextn|nextn\.py|mtp|EagleDraft|multi_layer_eagle", re.I)
+DRAFT_FRAME = re.compile(
+    r"speculative/|eagle_worker|eagle_draft|draft_|_nextn|nextn\.py|mtp|EagleDraft|multi_layer_eagle", re.I
+)
 CAPTURE_FRAME = re.compile(r"cuda_graph|capture|CudaGraphRunner|graph_runner", re.I)
 LOAD_FRAME = re.compile(
     r"load_model|load_weights|model_loader|get_quant_method|create_weights|process_weights_after_loading|weight_loader"
@@ -29,7 +31,9 @@ LOAD_FRAME = re.compile(
 KV_FRAME = re.compile(
     r"init_memory_pool|alloc_memory_pool|KVCacheConfigurator|profile_max_num_token|kv_cache|determine_available_memory|initialize_kv_cache"
 )
-RUNTIME_FRAME = re.compile(r"forward_extend|forward_decode|run_batch|event_loop|execute_model|step_with_batch_queue|_process_input_queue")
+RUNTIME_FRAME = re.compile(
+    r"forward_extend|forward_decode|run_batch|event_loop|execute_model|step_with_batch_queue|_process_input_queue"
+)
 _CAPTURE_FAILED = re.compile(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (.*)")
 _GROUP = re.compile(r"(?:Base)?ExceptionGroup$")
 
@@ -48,7 +52,14 @@ class Candidate(NamedTuple):
 
 def _candidates(obs: Observations) -> list[Candidate]:
     found = [
-        Candidate(tb.line, tb.rank, "" if tb.exception == "(traceback cut off)" else tb.exception, tb.message, tb.frames, tb.ranks)
+        Candidate(
+            tb.line,
+            tb.rank,
+            "" if tb.exception == "(traceback cut off)" else tb.exception,
+            tb.message,
+            tb.frames,
+            tb.ranks,
+        )
         for tb in obs.tracebacks
     ]
     found += [
@@ -61,20 +72,27 @@ def _candidates(obs: Observations) -> list[Candidate]:
 
 def _survived(obs: Observations, candidate: Candidate) -> bool:
     """A traceback or error the server lived through, or that only reports a requested stop."""
-    if candidate.line in obs.ignored_traceback_lines or candidate.exception in ("KeyboardInterrupt", "SystemExit"):
+    if candidate.line in obs.ignored_traceback_lines or candidate.exception in (
+        "KeyboardInterrupt",
+        "SystemExit",
+    ):
         return True
     if obs.stop_line is not None and candidate.line > obs.stop_line:
         return True
     if obs.metric_points and obs.metric_points[-1]["line"] > candidate.line:
         return True  # batch statistics after it: the server kept serving
     return any(
-        m.line > candidate.line and m.name in PROGRESS_MILESTONES and (m.rank == candidate.rank or candidate.rank is None)
+        m.line > candidate.line
+        and m.name in PROGRESS_MILESTONES
+        and (m.rank == candidate.rank or candidate.rank is None)
         for m in obs.milestones
     )
 
 
 def _phase_from_milestones(obs: Observations, line: int, rank: str | None) -> tuple[str | None, str]:
-    relevant = [m for m in obs.milestones if m.line < line and (rank is None or m.rank in (rank, None) or not m.rank)]
+    relevant = [
+        m for m in obs.milestones if m.line < line and (rank is None or m.rank in (rank, None) or not m.rank)
+    ]
     if not relevant:
         relevant = [m for m in obs.milestones if m.line < line]
     phase: str | None = None
@@ -93,7 +111,9 @@ def _phase_from_milestones(obs: Observations, line: int, rank: str | None) -> tu
     return phase, model
 
 
-def phase_at(obs: Observations, line: int, rank: str | None, frames: list[Frame]) -> tuple[str | None, str | None]:
+def phase_at(
+    obs: Observations, line: int, rank: str | None, frames: list[Frame]
+) -> tuple[str | None, str | None]:
     """The phase and model (main / draft) a failure at this line happened in: milestones, then frames."""
     phase, model = _phase_from_milestones(obs, line, rank)
     if frames:

@@ -39,7 +39,12 @@ def _time_near(timeline: list[Event], line: int) -> str | None:
 
 
 def _span(
-    rank: str | None, model: str, phase: Phase, events: list[Milestone], crash: Crash | None, timeline: list[Event]
+    rank: str | None,
+    model: str,
+    phase: Phase,
+    events: list[Milestone],
+    crash: Crash | None,
+    timeline: list[Event],
 ) -> PhaseSpan | None:
     begin, end = _SPANS[phase]
     opened = next((e for e in events if e.name == begin), None)
@@ -75,7 +80,11 @@ def phase_spans(obs: Observations, crash: Crash | None, timeline: list[Event]) -
     if ready:
         last_line = obs.last_metric_line or ready.line
         seconds = seconds_between(ready.time, obs.last_time)
-        spans.append(PhaseSpan(None, "main", Phase.SERVING, ready.line, last_line, ready.time, obs.last_time, seconds, ""))
+        spans.append(
+            PhaseSpan(
+                None, "main", Phase.SERVING, ready.line, last_line, ready.time, obs.last_time, seconds, ""
+            )
+        )
     spans.sort(key=lambda p: p.start_line)
     for span in spans:
         span.name = str(span.name)
