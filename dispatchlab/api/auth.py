@@ -13,7 +13,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 
 from dispatchlab.reports.models import ApiToken, Membership, Project, Report
 from dispatchlab.reports.selectors import projects_of, projects_uploadable_by, reports_visible_to
-from dispatchlab.reports.services import apitoken_authenticate
+from dispatchlab.reports.services import TokenRefused, apitoken_verify
 
 
 @dataclass(frozen=True)
@@ -92,9 +92,10 @@ def authenticate(request: HttpRequest) -> Caller | JsonResponse:
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             return error("use 'Authorization: Bearer <token>'", 401, WWW_Authenticate="Bearer")
-        token = apitoken_authenticate(key=key.strip())
-        if token is None:
-            return error("invalid or revoked token", 401, WWW_Authenticate="Bearer")
+        try:
+            token = apitoken_verify(key=key.strip())
+        except TokenRefused as refused:
+            return error(str(refused), 401, WWW_Authenticate="Bearer")
         return Caller(user=token.user, token=token)
     if request.user.is_authenticated:
         if request.method not in ("GET", "HEAD", "OPTIONS"):

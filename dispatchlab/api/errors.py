@@ -3,6 +3,8 @@ is unknown, the request is refused before a view runs (a body Django will not re
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -42,3 +44,33 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if _is_api(request):
         return JsonResponse({"error": "the server failed to answer; the error is in its log"}, status=500)
     return defaults.server_error(request)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: a JSON 403 under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(
+            {"error": "CSRF check failed; send the X-CSRFToken header or use a Bearer token"}, status=403
+        )
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    return django_csrf_failure(request, reason=reason)
+
+
+def json_not_allowed(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Wrap a plain Django view under /api/ so that a method it does not take is a JSON 405."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if response.status_code == 405 and response.get("Content-Type", "") != "application/json":
+            allowed = response.get("Allow", "")
+            answer = JsonResponse(
+                {"error": f"this endpoint answers {allowed or 'other methods'}, not {request.method}"},
+                status=405,
+            )
+            answer["Allow"] = allowed
+            return answer
+        return response
+
+    return wrapped

@@ -41,7 +41,9 @@ STATUS_TEXT = {
     401: "Missing or invalid credentials (`WWW-Authenticate: Bearer`).",
     403: "Not allowed: a read-only token, a viewer, or a failed CSRF check.",
     404: "No such thing, or not in the caller's projects.",
+    411: "A body without Content-Length that this server cannot read.",
     413: "The body is larger than the server takes.",
+    507: "Over the project's storage quota.",
 }
 # Django's path converters as JSON Schema.
 CONVERTERS: dict[str, dict[str, Any]] = {

@@ -197,6 +197,29 @@ class Created(TypedDict):
 
 
 @described
+class RedactBody(TypedDict, total=False):
+    """A regular expression, or a range of lines (as the log view numbers them)."""
+
+    pattern: str
+    """every match, on every line, becomes [REDACTED]"""
+    first_line: int
+    """the first line to replace by [REDACTED] (1-based)"""
+    last_line: int
+    """the last one (default: first_line)"""
+
+
+@described
+class Redacted(TypedDict):
+    """The stored log was replaced by the redacted copy and is parsed again (status queued)."""
+
+    id: int
+    url: Url
+    status: ReportStatus
+    redacted_lines: int
+    """how many lines changed; 0: nothing matched and nothing was changed"""
+
+
+@described
 class ReportSummary(TypedDict):
     id: int
     url: Url

@@ -3,15 +3,17 @@ from __future__ import annotations
 from django.urls import path
 
 from dispatchlab.api import decision_views, docs, gpu_views, group_views, signature_views, views
+from dispatchlab.api.errors import json_not_allowed
 
 app_name = "api"
 
 urlpatterns = [
-    path("", docs.api_docs, name="docs"),
+    path("", json_not_allowed(docs.api_docs), name="docs"),
     path("schema/", views.schema, name="schema"),
     path("v1/reports", views.reports, name="reports"),
     path("v1/reports/<int:report_id>", views.report_detail, name="report"),
     path("v1/hooks/ci", views.ci_hook, name="ci_hook"),
+    path("v1/reports/<int:report_id>/redact", views.report_redact, name="report_redact"),
     path("v1/reports/<int:report_id>/confirm", gpu_views.report_confirm, name="report_confirm"),
     path("v1/confirms/<int:confirm_id>", gpu_views.confirm_detail, name="confirm"),
     path("v1/hosts", gpu_views.hosts, name="hosts"),

@@ -22,7 +22,7 @@ from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.urls import NoReverseMatch, reverse
 from django.utils.text import slugify
 
-from dispatchlab.api.auth import Caller, authenticate, error
+from dispatchlab.api.auth import Caller, authenticate, error, json_body
 from dispatchlab.api.pagination import paginate
 from dispatchlab.api.schema import openapi_schema, operation, route
 from dispatchlab.api.shapes import (
@@ -33,6 +33,8 @@ from dispatchlab.api.shapes import (
     HookMultipart,
     HookQuery,
     Invalid,
+    RedactBody,
+    Redacted,
     ReportListQuery,
     ReportPage,
     ReportSummary,
@@ -46,13 +48,20 @@ from dispatchlab.reports.models import Project, Report
 from dispatchlab.reports.selectors import reports_filtered
 from dispatchlab.reports.services import (
     UPLOAD_ENVELOPE_BYTES,
+    QuotaExceeded,
+    RedactionRefused,
     UploadRejected,
     UploadTooLarge,
+    redaction_from,
     report_submit,
     upload_refuse_by_length,
 )
+from dispatchlab.reports.services import report_redact as report_redact_service
+from dispatchlab.security.early import HOOK_PATH, hook_refusal
+from dispatchlab.security.early import body_limit as body_limit_for
 
 MAX_WAIT_SECONDS = 60
+MAX_REDACT_BODY = 64 * 1024
 WAIT_POLL_SECONDS = 0.2
 ENVELOPE_BYTES = UPLOAD_ENVELOPE_BYTES
 
@@ -123,6 +132,14 @@ def _too_large(
     except UploadRejected as rejected:
         return error(" ".join(rejected.messages), 400)
     return None
+
+
+def _rejected(rejected: UploadRejected) -> JsonResponse:
+    """An upload the services refused: 413 too large, 507 over the project's quota, 400 otherwise."""
+    status = (
+        413 if isinstance(rejected, UploadTooLarge) else 507 if isinstance(rejected, QuotaExceeded) else 400
+    )
+    return error(" ".join(rejected.messages), status)
 
 
 def _pick_project(caller: Caller, requested: str) -> Project | JsonResponse:
@@ -201,7 +218,9 @@ def reports_list(request: HttpRequest, *, query: ReportListQuery) -> HttpRespons
         400: Error,
         403: Error,
         404: (Error, "No such project among the caller's."),
+        411: (Error, "Sent with Transfer-Encoding: chunked to a WSGI server: send a Content-Length."),
         413: (Error, "The upload is larger than DISPATCHLAB_MAX_UPLOAD_BYTES."),
+        507: (Error, "The project's stored uploads would pass its quota (usage and quota named)."),
     },
     tags=("reports",),
 )
@@ -231,7 +250,7 @@ def reports_create(request: HttpRequest) -> HttpResponse:
             launch_command=request.POST.get("launch_command", "").strip(),
         )
     except UploadRejected as rejected:
-        return error(" ".join(rejected.messages), 413 if isinstance(rejected, UploadTooLarge) else 400)
+        return _rejected(rejected)
     return JsonResponse(_created(request, report, created=created), status=201)
 
 
@@ -256,6 +275,55 @@ def report_detail(request: HttpRequest, report_id: int) -> HttpResponse:
     if report is None:
         return error("no such report", 404)
     return JsonResponse(_detail(request, report))
+
+
+@operation(
+    "POST",
+    "reports_redact",
+    summary="Redact a report's log by a pattern or a line range; it is parsed again",
+    description=(
+        "The stored upload is replaced by the redacted text (the old files, text copy and document are "
+        "deleted) and the report is queued again. Only members of the report's project with write access "
+        "(not viewers, not read-only tokens) may redact."
+    ),
+    body={"application/json": RedactBody},
+    answers={
+        202: (Redacted, "Redacted and queued (or nothing matched: redacted_lines 0, nothing changed)."),
+        400: Error,
+        403: Error,
+        404: (Error, "No such report, or not in the caller's projects."),
+        409: (Error, "The report is being parsed, or has no stored log."),
+        413: Error,
+    },
+    tags=("reports",),
+)
+def report_redact(request: HttpRequest, report_id: int) -> HttpResponse:
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    report = caller.reports().filter(id=report_id).first()
+    if report is None:
+        return error("no such report", 404)
+    if not caller.can_write(report.project):
+        return error("you may read this project's reports but not redact them", 403)
+    body = json_body(request, limit=MAX_REDACT_BODY, what=" (pattern, or first_line and last_line)")
+    if isinstance(body, JsonResponse):
+        return body
+    try:
+        redaction = redaction_from(
+            pattern=body.get("pattern"), first_line=body.get("first_line"), last_line=body.get("last_line")
+        )
+        changed = report_redact_service(report_id=report.id, redaction=redaction)
+    except RedactionRefused as refused:
+        return error(str(refused), 409 if refused.conflict else 400)
+    report.refresh_from_db()
+    answer = Redacted(
+        id=report.id,
+        url=_report_url(request, report),
+        status=report.status,  # type: ignore[typeddict-item]
+        redacted_lines=changed,
+    )
+    return JsonResponse(answer, status=202)
 
 
 # ---------------------------------------------------------------- /api/v1/hooks/ci
@@ -311,6 +379,8 @@ def _hook_fields(
         payload = json.load(body.file)
     except (json.JSONDecodeError, UnicodeDecodeError) as failure:
         raise UploadRejected(f"the body is neither JSON nor multipart: {failure}") from None
+    except RecursionError:
+        raise UploadRejected("the JSON body is nested too deeply to read") from None
     if not isinstance(payload, dict):
         raise UploadRejected("the JSON body must be an object")
     log = payload.get("log")
@@ -354,43 +424,33 @@ def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
         ),
         400: Invalid,
         401: (Error, "Missing, malformed or bad signature, or a delivery too old."),
-        413: (Error, "The body is larger than the limit (JSON: DISPATCHLAB_MAX_JSON_BYTES)."),
+        404: (Error, "The project named by ?project or X-Dispatchlab-Project does not exist."),
+        411: (Error, "Sent with Transfer-Encoding: chunked to a WSGI server: send a Content-Length."),
+        413: (
+            Error,
+            "The body is larger than the limit (multipart: DISPATCHLAB_MAX_HOOK_BYTES, JSON: "
+            "DISPATCHLAB_MAX_JSON_BYTES), by its Content-Length before it is read.",
+        ),
+        507: (Error, "The project's stored uploads would pass its quota."),
     },
     public=True,
     tags=("reports",),
 )
 def ci_hook(request: HttpRequest, *, query: HookQuery) -> HttpResponse:
     """A CI job reports a failure: verify the signature, store the log, optionally wait for the parse."""
+    # The checks the headers allow come first (EarlyRefusalMiddleware makes them too, before Django
+    # reads anything); the body is then read once, capped, with an HMAC per candidate project.
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    refused = hook_refusal(headers, {"project": query.get("project", "")})
+    if refused is not None:
+        return error(refused.message, refused.status)
     if request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
-        body_limit = settings.DISPATCHLAB_MAX_UPLOAD_BYTES + ENVELOPE_BYTES
-        too_large = _too_large(request)
+        body_limit = body_limit_for(HOOK_PATH)
     else:
-        # A JSON body is decoded whole in memory: it gets its own, lower limit.
         body_limit = settings.DISPATCHLAB_MAX_JSON_BYTES
-        too_large = _too_large(
-            request,
-            limit=body_limit,
-            envelope=0,
-            what="the JSON body",
-            hint="; send a larger log as multipart, in the field 'file'",
-        )
-    if too_large is not None:
-        return too_large
-    signature = request.headers.get("X-Dispatchlab-Signature", "")
-    if not signature.startswith("sha256="):
-        return error("missing X-Dispatchlab-Signature: sha256=<hex>", 401)
-    signature = signature.removeprefix("sha256=").strip().lower()
-    prefix = b""
-    timestamp = request.headers.get("X-Dispatchlab-Timestamp")
-    if timestamp is not None:
-        try:
-            sent = int(timestamp.strip())
-        except ValueError:
-            return error("X-Dispatchlab-Timestamp must be unix seconds", 400)
-        max_age = settings.DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS
-        if abs(time.time() - sent) > max_age:
-            return error(f"the delivery is older than {max_age} seconds (or from the future); refused", 401)
-        prefix = f"{sent}.".encode()
+    signature = headers["x-dispatchlab-signature"].strip().removeprefix("sha256=").lower()
+    timestamp = headers.get("x-dispatchlab-timestamp")
+    prefix = f"{int(timestamp.strip())}.".encode() if timestamp is not None else b""
     wait_seconds = min(MAX_WAIT_SECONDS, max(0, query.get("wait", 0)))
 
     candidates = _hook_candidates(request, query.get("project", ""))
@@ -424,7 +484,7 @@ def ci_hook(request: HttpRequest, *, query: HookQuery) -> HttpResponse:
                 delivery_id=delivery,
             )
         except UploadRejected as rejected:
-            return error(" ".join(rejected.messages), 413 if isinstance(rejected, UploadTooLarge) else 400)
+            return _rejected(rejected)
     if not wait_seconds:
         return JsonResponse(_created(request, report, created=created), status=201)
     report = _wait_for(report, wait_seconds)

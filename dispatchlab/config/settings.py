@@ -122,10 +122,49 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("DISPATCHLAB_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DISPATCHLAB_CSRF_TRUSTED_ORIGINS", [])
-if env_bool("DISPATCHLAB_BEHIND_TLS_PROXY", False):
+_BEHIND_TLS_PROXY = env_bool("DISPATCHLAB_BEHIND_TLS_PROXY", False)
+if _BEHIND_TLS_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
+
+# ---- transport security (docs/security.md lists what `check --deploy` wants in production) ----
+SECURE_SSL_REDIRECT = env_bool("DISPATCHLAB_SSL_REDIRECT", False)
+# Paths (regexes, without the leading slash) still answered over plain HTTP: health checks of the stack.
+SECURE_REDIRECT_EXEMPT = env_list("DISPATCHLAB_SSL_REDIRECT_EXEMPT", [])
+SECURE_HSTS_SECONDS = env_int("DISPATCHLAB_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DISPATCHLAB_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DISPATCHLAB_HSTS_PRELOAD", False)
+# Cookies over HTTPS only: on by default whenever the site is served over TLS.
+_TLS = _BEHIND_TLS_PROXY or SECURE_SSL_REDIRECT
+SESSION_COOKIE_SECURE = env_bool("DISPATCHLAB_SECURE_COOKIES", _TLS)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# The Content-Security-Policy header (dispatchlab.security.middleware). The pages load scripts from
+# static/ only; inline style attributes (confidence bars) and Plotly's injected stylesheets need
+# 'unsafe-inline' for styles; the one inline handler (a delete confirmation) is allowed by its hash,
+# which tests/web/test_security_headers.py recomputes from the templates. '{nonce}' in the value is
+# replaced by a per-request nonce (request.csp_nonce). Empty: no header.
+DISPATCHLAB_CSP = env_str(
+    "DISPATCHLAB_CSP",
+    "default-src 'self'; script-src 'self' 'unsafe-hashes' "
+    "'sha256-QDX1qjnW+Eu80JKVsX4Ssawslfju7s1eBz2m+vHCsJs='; "
+    "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
+DISPATCHLAB_CSP_REPORT_ONLY = env_bool("DISPATCHLAB_CSP_REPORT_ONLY", False)
+CSRF_FAILURE_VIEW = "dispatchlab.api.errors.csrf_failure"
+
+# ---- login and tokens ----
+# After this many failed logins for one username from one address within the window, that pair is
+# refused (even with the right password) until the window has passed since the first failure.
+DISPATCHLAB_LOGIN_MAX_FAILURES = env_int("DISPATCHLAB_LOGIN_MAX_FAILURES", 5, minimum=1)
+DISPATCHLAB_LOGIN_WINDOW_SECONDS = env_int("DISPATCHLAB_LOGIN_WINDOW_SECONDS", 900, minimum=1)
+# The request header naming the client's address when a proxy is in front (e.g. X-Real-IP); empty:
+# the connection's address.
+DISPATCHLAB_CLIENT_IP_HEADER = env_str("DISPATCHLAB_CLIENT_IP_HEADER", "")
+# A new API token expires after this many days unless `apitoken --days` says otherwise; 0: never.
+DISPATCHLAB_API_TOKEN_DAYS = env_int("DISPATCHLAB_API_TOKEN_DAYS", 90, minimum=0)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -147,6 +186,9 @@ if importlib.util.find_spec("dispatchlab.front") is not None:
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Header-only refusals (body too large, a webhook without a signature) before a byte is read.
+    "dispatchlab.security.middleware.EarlyRefusalMiddleware",
+    "dispatchlab.security.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -176,7 +218,7 @@ TEMPLATES = [
 
 # ---- database ----
 _DEFAULT_DATABASE_URL = f"sqlite:///{DATA_DIR / 'dispatchlab.sqlite3'}"
-_database_url = env_str("DISPATCHLAB_DATABASE_URL", _DEFAULT_DATABASE_URL)
+_database_url = env_secret("DISPATCHLAB_DATABASE_URL") or _DEFAULT_DATABASE_URL
 try:
     _database = dj_database_url.parse(_database_url, conn_max_age=env_int("DISPATCHLAB_DB_CONN_MAX_AGE", 60))
 except ValueError as error:
@@ -242,6 +284,32 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 FILE_UPLOAD_PERMISSIONS = 0o640
 
+# Per-endpoint request body limits, enforced by the declared Content-Length before anything is read:
+# path prefix -> bytes; the longest matching prefix wins, other paths get DISPATCHLAB_MAX_REQUEST_BYTES.
+DISPATCHLAB_MAX_REQUEST_BYTES = env_int(
+    "DISPATCHLAB_MAX_REQUEST_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE, minimum=1
+)
+DISPATCHLAB_MAX_HOOK_BYTES = env_int("DISPATCHLAB_MAX_HOOK_BYTES", DISPATCHLAB_MAX_UPLOAD_BYTES, minimum=1)
+_UPLOAD_BODY = DISPATCHLAB_MAX_UPLOAD_BYTES + 1024 * 1024  # room for the multipart envelope
+DISPATCHLAB_BODY_LIMITS: dict[str, int] = {
+    "/api/v1/reports": _UPLOAD_BODY,
+    # below a report (confirm, redact): small JSON bodies
+    "/api/v1/reports/": DISPATCHLAB_MAX_REQUEST_BYTES,
+    "/upload/": _UPLOAD_BODY,
+    "/api/v1/hooks/ci": DISPATCHLAB_MAX_HOOK_BYTES + 1024 * 1024,
+    "/accounts/": env_int("DISPATCHLAB_MAX_FORM_BYTES", 64 * 1024, minimum=1024),
+}
+DISPATCHLAB_BODY_LIMITS.update({k: int(v) for k, v in env_json("DISPATCHLAB_BODY_LIMITS", {}).items()})
+# Decompressed text of one uploaded file (a .gz, a zip member) is cut off with an error past this,
+# while it is being expanded; the ratio guard of the core (1000x) stays in force below it.
+DISPATCHLAB_MAX_EXPANDED_BYTES = env_int("DISPATCHLAB_MAX_EXPANDED_BYTES", 4 * 1024**3, minimum=1024)
+# Stored uploads of one project (bytes as uploaded) may not pass this; 0: no quota. A project's own
+# `quota_bytes` overrides it.
+DISPATCHLAB_PROJECT_QUOTA_BYTES = env_int("DISPATCHLAB_PROJECT_QUOTA_BYTES", 0, minimum=0)
+# Reports (their logs and documents) older than this many days are deleted by beat; 0: kept forever.
+# A project's own `retention_days` overrides it. Decision records are never deleted.
+DISPATCHLAB_RETENTION_DAYS = env_int("DISPATCHLAB_RETENTION_DAYS", 0, minimum=0)
+
 # ---- the parsing pipeline ----
 # A parse slower than this is stopped and the report marked failed (soft), then killed (hard).
 DISPATCHLAB_TASK_SOFT_TIME_LIMIT = env_int("DISPATCHLAB_TASK_SOFT_TIME_LIMIT", 1800, minimum=1)
@@ -292,7 +360,7 @@ if DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS <= 0 or DISPATCHLAB_NOTIFY_RETRY_BASE_SECO
     )
 
 # ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
-BROKER_URL = env_str("DISPATCHLAB_BROKER_URL", DEFAULT_BROKER_URL)
+BROKER_URL = env_secret("DISPATCHLAB_BROKER_URL") or DEFAULT_BROKER_URL
 # Shared with the GPU worker (dispatchlab/messaging/broker.py): the filesystem transport with atomic
 # message files under DATA_DIR/broker by default; on Redis an unacknowledged (acks_late) message comes
 # back after the visibility timeout, above the hard time limit, so a long parse is never handed to a
@@ -341,8 +409,28 @@ CELERY_BEAT_SCHEDULE = {
         "task": "reports.requeue_stale",
         "schedule": float(max(60, DISPATCHLAB_STALE_CLAIM_SECONDS // 2)),
     },
+    "prune-old-reports": {
+        "task": "reports.prune_expired",
+        "schedule": float(env_int("DISPATCHLAB_RETENTION_EVERY_SECONDS", 3600, minimum=60)),
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+# ---- cache (login rate limits): shared by every web process ----
+# A Redis URL in production (DISPATCHLAB_CACHE_URL=redis://redis:6379/1); by default files under DATA_DIR,
+# which every process of the embedded setup shares.
+_CACHE_URL = env_secret("DISPATCHLAB_CACHE_URL") or ""
+if _CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _CACHE_URL}}
+elif _CACHE_URL:
+    raise ImproperlyConfigured(f"DISPATCHLAB_CACHE_URL={_CACHE_URL!r} must be a redis:// URL (or unset)")
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(DATA_DIR / "cache"),
+        }
+    }
 
 # ---- logging ----
 LOGGING = {

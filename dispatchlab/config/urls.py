@@ -7,9 +7,15 @@ import importlib.util
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
 
+from dispatchlab.security.login import RateLimitedAdminAuthenticationForm, RateLimitedLoginView
+
+admin.site.login_form = RateLimitedAdminAuthenticationForm
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("api/", include("dispatchlab.api.urls")),
     path("admin/", admin.site.urls),
+    # Before Django's own: the same name and path, with failed logins limited.
+    path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
 ]
 

@@ -97,7 +97,9 @@ def infer_failure_class(parsed: ParsedLog) -> str:
     capture = crash is not None and crash.phase == "cuda_graph_capture"
     for failure_class, pattern in _INFER:
         if pattern.search(joined):
-            return "cuda_graph_capture_failure" if failure_class == "config_error" and capture else failure_class
+            return (
+                "cuda_graph_capture_failure" if failure_class == "config_error" and capture else failure_class
+            )
     return "cuda_graph_capture_failure" if capture else "other"
 
 

@@ -6,6 +6,8 @@ for a bad file. Decoding is left to the caller (bytes in, bytes out) so the hot 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gzip
 import io
 import re
@@ -27,6 +29,24 @@ SNIFF_BYTES = 64 * 1024
 # Decompression bombs: refuse archives that expand far beyond what logs compress to.
 MAX_EXPANSION_RATIO = 1000
 EXPANSION_CHECK_FLOOR = 256 * 1024 * 1024
+# And an absolute cap on the decompressed bytes of one stream, whatever the ratio; a caller sets its own
+# for the work it runs inside `with expansion_limit(n):` (the web passes DISPATCHLAB_MAX_EXPANDED_BYTES).
+MAX_EXPANDED_BYTES = 16 * 1024**3
+_expanded_limit: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "expanded_limit", default=MAX_EXPANDED_BYTES
+)
+
+
+@contextlib.contextmanager
+def expansion_limit(limit_bytes: int) -> Iterator[None]:
+    """Streams opened inside refuse (LogReadError) to expand past `limit_bytes`, as they expand."""
+    token = _expanded_limit.set(limit_bytes)
+    try:
+        yield
+    finally:
+        _expanded_limit.reset(token)
+
+
 MAX_ZIP_ENTRIES = 10_000
 
 ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -63,6 +83,7 @@ class _BombGuard(io.RawIOBase):
         self._limit = (
             None if not stored_bytes else max(EXPANSION_CHECK_FLOOR, stored_bytes * MAX_EXPANSION_RATIO)
         )
+        self._absolute = _expanded_limit.get()
         self._seen = 0
 
     def readable(self) -> bool:
@@ -80,6 +101,11 @@ class _BombGuard(io.RawIOBase):
             raise LogReadError(
                 f"{self._name}: expands more than {MAX_EXPANSION_RATIO}x its compressed size; "
                 "refusing a likely decompression bomb"
+            )
+        if self._seen > self._absolute:
+            raise LogReadError(
+                f"{self._name}: decompresses to more than {self._absolute:,} bytes, the limit on expanded "
+                "text of one file (DISPATCHLAB_MAX_EXPANDED_BYTES); refused while expanding"
             )
         return n
 

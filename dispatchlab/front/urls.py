@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dispatchlab.front import decision_views, gpu_views, notify_views, views
+from dispatchlab.front import decision_views, gpu_views, notify_views, redact_views, views
 
 app_name = "front"
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("reports/<int:report_id>/", views.report, name="report"),
     path("reports/<int:report_id>/status/", views.report_status, name="report_status"),
     path("reports/<int:report_id>/log/", views.log, name="log"),
+    path("reports/<int:report_id>/redact/", redact_views.redact, name="redact"),
     path("groups/", views.groups, name="groups"),
     path("groups/<int:group_id>/", views.group, name="group"),
     path("compare/", views.compare, name="compare"),

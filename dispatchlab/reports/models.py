@@ -6,6 +6,7 @@ Status lives on the Report row (queued -> parsing -> done | failed); Celery only
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
@@ -24,6 +25,9 @@ class Project(models.Model):
     slug = models.SlugField(max_length=100, unique=True)
     webhook_secret = models.CharField(max_length=100, default=new_webhook_secret)
     created_at = models.DateTimeField(default=timezone.now)
+    # None: DISPATCHLAB_PROJECT_QUOTA_BYTES / DISPATCHLAB_RETENTION_DAYS; 0: no quota / keep forever.
+    quota_bytes = models.BigIntegerField(null=True, blank=True)
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -61,9 +65,14 @@ class ApiToken(models.Model):
     read_only = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)  # None: never
+    revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user} in {self.project}{', read-only' if self.read_only else ''})"
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
 
 
 class FailureGroup(models.Model):

@@ -14,6 +14,7 @@ import enum
 import hashlib
 import logging
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -33,7 +34,7 @@ from django.core.exceptions import SuspiciousFileOperation, ValidationError
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import DatabaseError, IntegrityError, connections, transaction
-from django.db.models import Count, F, Max, Min, Q
+from django.db.models import Count, F, Max, Min, Q, Sum
 from django.utils import timezone
 from django.utils.text import get_valid_filename, slugify
 
@@ -55,6 +56,10 @@ class UploadRejected(ValidationError):
 
 class UploadTooLarge(UploadRejected):
     """The upload is over DISPATCHLAB_MAX_UPLOAD_BYTES."""
+
+
+class QuotaExceeded(UploadRejected):
+    """The upload would take the project's stored uploads past its quota (HTTP 507)."""
 
 
 class Outcome(enum.StrEnum):
@@ -103,9 +108,11 @@ def _token_hash(key: str) -> str:
 
 
 def apitoken_create(
-    *, user: AbstractBaseUser, project: Project, read_only: bool = False
+    *, user: AbstractBaseUser, project: Project, read_only: bool = False, days: int | None = None
 ) -> tuple[ApiToken, str]:
-    """A new token; the key itself is returned once and only its hash is stored."""
+    """A new token; the key itself is returned once and only its hash is stored. It expires after
+    `days` (default DISPATCHLAB_API_TOKEN_DAYS; 0: never)."""
+    days = settings.DISPATCHLAB_API_TOKEN_DAYS if days is None else days
     key = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user,
@@ -113,25 +120,57 @@ def apitoken_create(
         key_hash=_token_hash(key),
         prefix=key[: len(TOKEN_PREFIX) + 8],
         read_only=read_only,
+        expires_at=timezone.now() + timedelta(days=days) if days else None,
     )
     return token, key
 
 
-def apitoken_authenticate(*, key: str) -> ApiToken | None:
-    """The token for this key, if it exists and its user is active and still in the project."""
+class TokenRefused(Exception):
+    """The key names no usable token. str(error) is the answer for the caller."""
+
+
+def apitoken_verify(*, key: str) -> ApiToken:
+    """The token for this key, if it exists, is neither revoked nor expired, and its user is active and
+    still in the project; TokenRefused (saying which) otherwise."""
     if not key.startswith(TOKEN_PREFIX):
-        return None
+        raise TokenRefused("invalid or revoked token")
     token = ApiToken.objects.select_related("user", "project").filter(key_hash=_token_hash(key)).first()
-    if token is None or not token.user.is_active:
-        return None
-    if not Membership.objects.filter(user=token.user, project=token.project).exists():
-        return None
+    if token is None or token.revoked_at is not None or not token.user.is_active:
+        raise TokenRefused("invalid or revoked token")
     now = timezone.now()
+    if token.is_expired(now):
+        assert token.expires_at is not None
+        raise TokenRefused(
+            f"token expired on {token.expires_at:%Y-%m-%d %H:%M} UTC; ask for a new one (manage.py apitoken)"
+        )
+    if not Membership.objects.filter(user=token.user, project=token.project).exists():
+        raise TokenRefused("invalid or revoked token")
     # One write a minute is enough to tell used tokens from forgotten ones.
     if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
         ApiToken.objects.filter(id=token.id).update(last_used_at=now)
         token.last_used_at = now
     return token
+
+
+def apitoken_authenticate(*, key: str) -> ApiToken | None:
+    """The token for this key, or None when apitoken_verify refuses it."""
+    try:
+        return apitoken_verify(key=key)
+    except TokenRefused:
+        return None
+
+
+def apitoken_revoke(*, prefix: str) -> int:
+    """Revoke the live tokens with this shown prefix (`dl_` and 8 more characters) or this full key;
+    returns how many. A shorter prefix is refused (ValueError): it could name many people's tokens."""
+    shown = len(TOKEN_PREFIX) + 8
+    if not prefix.startswith(TOKEN_PREFIX) or len(prefix) < shown:
+        raise ValueError(f"give the token's prefix as listed ({TOKEN_PREFIX} and 8 characters) or its key")
+    if len(prefix) > shown:
+        tokens = ApiToken.objects.filter(key_hash=_token_hash(prefix))
+    else:
+        tokens = ApiToken.objects.filter(prefix=prefix)
+    return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 @dataclass(frozen=True)
@@ -269,6 +308,7 @@ def report_submit(
             report_rematch(report_id=existing.id)
             existing.refresh_from_db()
         return existing, False
+    project_quota_check(project=project, adding=sum(sizes))
 
     names = [_original_name(file, position) for position, file in enumerate(files)]
     # Files go to storage before the transaction: a 2 GiB upload must not hold a database lock.
@@ -310,6 +350,32 @@ def report_submit(
         _delete_stored(stored)
         raise
     return report, True
+
+
+def project_quota(project: Project) -> int:
+    """The most bytes of uploads the project may store; 0: no quota."""
+    if project.quota_bytes is not None:
+        return project.quota_bytes
+    return int(settings.DISPATCHLAB_PROJECT_QUOTA_BYTES)
+
+
+def project_usage(project: Project) -> int:
+    """Bytes of uploads the project stores (as uploaded, before the worker's text copy)."""
+    return int(Report.objects.filter(project=project).aggregate(total=Sum("total_bytes"))["total"] or 0)
+
+
+def project_quota_check(*, project: Project, adding: int) -> None:
+    """QuotaExceeded when `adding` more bytes would take the project past its quota."""
+    quota = project_quota(project)
+    if not quota:
+        return
+    usage = project_usage(project)
+    if usage + adding > quota:
+        raise QuotaExceeded(
+            f"project {project.slug} stores {usage:,} bytes of uploads; this upload of {adding:,} bytes "
+            f"would pass its quota of {quota:,} bytes (DISPATCHLAB_PROJECT_QUOTA_BYTES); delete old "
+            "reports or ask for a larger quota"
+        )
 
 
 def report_create(
@@ -727,3 +793,189 @@ def reports_requeue_stale() -> int:
     if count:
         logger.info("re-enqueued %d stale reports", count)
     return count
+
+
+# ---------------------------------------------------------------- retention
+
+
+def project_retention_days(project: Project) -> int:
+    """Days a project's reports are kept; 0: forever."""
+    if project.retention_days is not None:
+        return project.retention_days
+    return int(settings.DISPATCHLAB_RETENTION_DAYS)
+
+
+def _text_copy_delete(report: Report) -> None:
+    """The worker's plain-text copy of the log and its line index."""
+    for path in (report.text_path, report.index_path):
+        if path:
+            with contextlib.suppress(OSError):
+                Path(path).unlink(missing_ok=True)
+
+
+def _report_files_delete(report: Report) -> None:
+    """The uploads in storage and the worker's text copy and line index."""
+    _delete_stored([item.file.name for item in report.files.all()])
+    _text_copy_delete(report)
+
+
+def report_delete(*, report: Report) -> None:
+    """Delete a report, its stored files and its line index; its failure group is recounted.
+    Decision records that name it stay (their link keeps the id)."""
+    group_id = report.group_id
+    _report_files_delete(report)
+    with transaction.atomic():
+        report.delete()
+        if group_id is not None:
+            failuregroup_refresh(group_id=group_id)
+
+
+def reports_prune_expired(*, now: Any = None, batch: int = 500) -> int:
+    """Delete the reports older than their project's retention (reports being parsed wait for the
+    next run). Returns how many were deleted."""
+    now = now or timezone.now()
+    deleted = 0
+    for project in Project.objects.order_by("id"):
+        days = project_retention_days(project)
+        if not days:
+            continue
+        expired = Report.objects.filter(project=project, created_at__lt=now - timedelta(days=days)).exclude(
+            status=Report.Status.PARSING
+        )
+        for report in expired.prefetch_related("files")[:batch]:
+            report_delete(report=report)
+            deleted += 1
+    if deleted:
+        logger.info("retention: deleted %d reports past their project's retention", deleted)
+    return deleted
+
+
+# ---------------------------------------------------------------- redaction
+
+REDACTED = "[REDACTED]"
+MAX_REDACT_PATTERN = 500
+
+
+class RedactionRefused(Exception):
+    """The redaction cannot be done (bad pattern or range, report busy, no stored log). For people."""
+
+    def __init__(self, message: str, *, conflict: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict  # the report's state, not the request, is in the way (HTTP 409)
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """What to blank out: every match of `pattern`, or whole lines first_line..last_line (1-based)."""
+
+    pattern: re.Pattern[str] | None = None
+    first_line: int = 0
+    last_line: int = 0
+
+    def apply(self, number: int, line: str) -> str:
+        if self.pattern is not None:
+            return self.pattern.sub(REDACTED, line)
+        return REDACTED if self.first_line <= number <= self.last_line else line
+
+
+def redaction_from(*, pattern: Any = None, first_line: Any = None, last_line: Any = None) -> Redaction:
+    """A Redaction from what a person sent: a regular expression, or a line range."""
+    if pattern not in (None, ""):
+        if first_line is not None or last_line is not None:
+            raise RedactionRefused("send a pattern or a line range, not both")
+        if not isinstance(pattern, str) or len(pattern) > MAX_REDACT_PATTERN:
+            raise RedactionRefused(
+                f"the pattern must be a regular expression of at most {MAX_REDACT_PATTERN} characters"
+            )
+        try:
+            compiled = re.compile(pattern)
+        except re.error as problem:
+            raise RedactionRefused(f"the pattern is not a regular expression: {problem}") from None
+        if compiled.search(""):
+            raise RedactionRefused("the pattern matches empty text; make it match what is to be removed")
+        return Redaction(pattern=compiled)
+    if first_line is None:
+        raise RedactionRefused("send a pattern, or first_line (and last_line) of the lines to remove")
+    last_line = first_line if last_line is None else last_line
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (first_line, last_line)):
+        raise RedactionRefused("first_line and last_line must be whole numbers")
+    if not 1 <= first_line <= last_line:
+        raise RedactionRefused("the lines must satisfy 1 <= first_line <= last_line")
+    return Redaction(first_line=first_line, last_line=last_line)
+
+
+def _write_redacted(report: Report, redaction: Redaction, workdir: Path) -> tuple[Path, int]:
+    """The report's log as the parser numbers its lines, redacted, in one plain file; and how many
+    lines changed."""
+    from dispatchlab.core import LogReadError
+    from dispatchlab.core.reading import expansion_limit, iter_lines
+
+    target = workdir / "redacted.log"
+    changed = 0
+    try:
+        with (
+            _local_copies(report, workdir) as paths,
+            expansion_limit(settings.DISPATCHLAB_MAX_EXPANDED_BYTES),
+            target.open("w", encoding="utf-8", errors="replace", newline="\n") as out,
+        ):
+            for number, line in enumerate(iter_lines(paths), start=1):
+                redacted = redaction.apply(number, line)
+                changed += redacted != line
+                out.write(redacted + "\n")
+    except (LogReadError, FileNotFoundError) as problem:
+        raise RedactionRefused(f"the stored log cannot be read: {_readable(str(problem), workdir)}") from None
+    return target, changed
+
+
+def report_redact(*, report_id: int, redaction: Redaction) -> int:
+    """Replace the report's stored log by a redacted copy, drop its text copy and document (both hold
+    the old lines) and parse it again. Returns how many lines changed (0: nothing stored changes)."""
+    report = Report.objects.select_related("project").get(id=report_id)
+    finished = [Report.Status.DONE, Report.Status.FAILED]
+    if report.status not in finished:
+        raise RedactionRefused("the report is being parsed; redact it once it is done", conflict=True)
+    old_files = list(report.files.all())
+    if not old_files:
+        raise RedactionRefused("this report has no stored log to redact", conflict=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f"dispatchlab-redact-{report_id}-"))
+    try:
+        redacted, changed = _write_redacted(report, redaction, workdir)
+        if not changed:
+            return 0
+        size = redacted.stat().st_size
+        folder = f"uploads/{report.project.slug}/{report.checksum[:2]}/{report.checksum[:16]}"
+        with redacted.open("rb") as handle:
+            key = default_storage.save(f"{folder}/redacted-{old_files[0].original_name}", File(handle))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    # The text copy holds the old lines: gone before the new parse writes its own at the same path.
+    _text_copy_delete(report)
+    with transaction.atomic():
+        updated = Report.objects.filter(id=report_id, status__in=finished).update(
+            status=Report.Status.QUEUED,
+            document=None,
+            error="",
+            progress=0.0,
+            attempts=0,
+            claimed_at=None,
+            claim_token="",
+            total_bytes=size,
+            text_path="",
+            index_path="",
+            line_count=None,
+        )
+        if not updated:
+            _delete_stored([key])
+            raise RedactionRefused("the report is being parsed; redact it once it is done", conflict=True)
+        ReportFile.objects.filter(report_id=report_id).delete()
+        ReportFile.objects.create(
+            report_id=report_id,
+            file=key,
+            original_name=f"redacted-{old_files[0].original_name}"[-300:],
+            size=size,
+            position=0,
+        )
+        report_enqueue_on_commit(report_id=report_id)
+    _delete_stored([item.file.name for item in old_files])
+    logger.info("report %s: %d lines redacted; parsing again", report_id, changed)
+    return changed

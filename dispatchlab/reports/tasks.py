@@ -27,9 +27,12 @@ BUSY_RECHECKS = 3
 def report_analyze_task(self: Any, report_id: int) -> str:
     from django.conf import settings
 
+    from dispatchlab.core.reading import expansion_limit
     from dispatchlab.reports.services import Outcome, report_analyze
 
-    outcome = report_analyze(report_id=int(report_id))
+    # Compressed uploads are cut off (a failed report naming the limit) as they expand past it.
+    with expansion_limit(settings.DISPATCHLAB_MAX_EXPANDED_BYTES):
+        outcome = report_analyze(report_id=int(report_id))
     if outcome in (Outcome.DONE, Outcome.FAILED):
         from dispatchlab.gpu.services import confirm_report_parsed
 
@@ -53,3 +56,10 @@ def reports_requeue_stale_task() -> int:
     from dispatchlab.reports.services import reports_requeue_stale
 
     return reports_requeue_stale()
+
+
+@shared_task(name="reports.prune_expired", acks_late=False)
+def reports_prune_expired_task() -> int:
+    from dispatchlab.reports.services import reports_prune_expired
+
+    return reports_prune_expired()

@@ -276,6 +276,8 @@ BODIES: dict[tuple[str, str], Callable[[World], Any]] = {
     ("api:reports", "POST"): lambda w: {"project": "acme", "title": "matrix upload", "file": _upload()},
     ("api:ci_hook", "POST"): lambda w: ("json", {"log": "a CI log without a signature"}),
     ("api:report_confirm", "POST"): lambda w: ("json", {"command": COMMAND}),
+    ("api:report_redact", "POST"): lambda w: ("json", {"pattern": "secret"}),
+    ("front:redact", "POST"): lambda w: {"mode": "pattern", "pattern": "secret"},
     ("api:decisions", "POST"): lambda w: ("json", {"project": "acme", "title": "recorded"}),
     ("api:decision", "PATCH"): lambda w: ("json", {"title": "patched"}),
 }
