@@ -92,7 +92,7 @@ def test_confirm_a_fix_and_land_on_the_run_waiting_for_an_sm_120_host(
     )
     services.confirm_started(payload={"confirm_id": run.pk, "host": "rtx-box", "argv": ["python", "-m", "x"]})
     services.confirm_output(payload={"confirm_id": run.pk, "seq": 0, "text": "Load weight begin.\n"})
-    page.wait_for_function("document.querySelector('#confirm-status').dataset.status === 'running'")
+    page.wait_for_selector("#confirm-status[data-status='running']")
     page.wait_for_selector("#confirm-output")
     assert "Running on host rtx-box" in page.locator("#confirm-status").inner_text()
     assert "Load weight begin." in page.locator("#confirm-output").inner_text()

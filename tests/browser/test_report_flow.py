@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from playwright.sync_api import expect
 from seedlog import HOSTILE, fixed_run_lines, seed_case_lines
 
 from dispatchlab.reports.models import Report
@@ -54,7 +55,7 @@ def test_upload_watch_progress_and_land_on_the_drawn_timeline(page, background_a
     page.click("#upload-button")
 
     # the upload progress bar fills, then the parse progress fragment takes over
-    page.wait_for_function("document.querySelector('#upload-progress progress').value === 100")
+    expect(page.locator("#upload-progress progress")).to_have_js_property("value", 100)
     status = page.wait_for_selector("#parse-progress #report-status")
     seen = status.inner_text()
     page.screenshot(path=str(artifacts / "upload-progress.png"), full_page=True)
@@ -144,9 +145,9 @@ def test_the_report_page_follows_parsing_progress_live(page, lab, alice):
     )
     Report.objects.filter(pk=report.pk).update(status=Report.Status.PARSING, progress=30.0)
     page.goto(f"/reports/{report.pk}/")
-    page.wait_for_function("document.querySelector('#report-status progress').value === 30")
+    expect(page.locator("#report-status progress")).to_have_js_property("value", 30)
     Report.objects.filter(pk=report.pk).update(progress=70.0)
-    page.wait_for_function("document.querySelector('#report-status progress').value === 70")
+    expect(page.locator("#report-status progress")).to_have_js_property("value", 70)
     assert "70" in page.locator("#report-status .pct").inner_text()
     # the parse finishes: the page turns into the report by itself
     Report.objects.filter(pk=report.pk).update(status=Report.Status.QUEUED)
