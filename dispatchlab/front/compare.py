@@ -80,10 +80,19 @@ class Comparison:
     backends: list[BackendRow]
     summary: list[ValueRow]
     versions: list[ValueRow]
-    args: list[ValueRow]  # only the arguments that differ
+    args: list[ValueRow]  # only the arguments both reports set, to different values
     args_same: int
     phases: list[PhaseRow]
     notes: list[str] = field(default_factory=list)
+    # Arguments one report sets and the other does not print at all (often: one log has no args dump).
+    args_only_a: list[ValueRow] = field(default_factory=list)
+    args_only_b: list[ValueRow] = field(default_factory=list)
+    args_note: str = ""  # said when one log prints no arguments at all
+    backends_resolved: bool = True  # False: neither report resolved any backend, nothing to compare
+
+    @property
+    def backends_same(self) -> bool:
+        return self.backends_resolved and self.first_difference is None
 
 
 def _side(values: dict[str, Any], origins: dict[str, Any], key: str) -> Side:
@@ -171,6 +180,22 @@ def _phase_rows(a: dict[str, Any], b: dict[str, Any]) -> list[PhaseRow]:
     return rows
 
 
+def _resolves_a_backend(doc: dict[str, Any]) -> bool:
+    return any(
+        value is not None for key in ("backends", "draft_backends") for value in (doc.get(key) or {}).values()
+    )
+
+
+def _args_note(args_a: dict[str, Any], args_b: dict[str, Any]) -> str:
+    for mine, other, name in ((args_a, args_b, "first"), (args_b, args_a, "second")):
+        if mine and not other:
+            return (
+                f"Only the {name} report's log prints its server arguments: the other's are unknown, "
+                "not absent."
+            )
+    return ""
+
+
 def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
     backends = backend_rows(a, b)
     gpu_a, gpu_b = a.get("gpu") or {}, b.get("gpu") or {}
@@ -199,7 +224,7 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
         "fingerprint": b.get("fingerprint"),
     }
     args_a, args_b = a.get("server_args") or {}, b.get("server_args") or {}
-    args = _value_rows(args_a, args_b, [], only_differing=True)
+    differing = _value_rows(args_a, args_b, [], only_differing=True)
     notes = []
     if (a.get("draft_backends") or {}) and not (b.get("draft_backends") or {}):
         notes.append("Only the first report runs a draft (speculative) model.")
@@ -212,8 +237,12 @@ def compare_documents(a: dict[str, Any], b: dict[str, Any]) -> Comparison:
         versions=_value_rows(
             a.get("versions") or {}, b.get("versions") or {}, VERSION_ORDER, only_differing=False
         ),
-        args=args,
-        args_same=len(set(args_a) | set(args_b)) - len(args),
+        args=[row for row in differing if row.key in args_a and row.key in args_b],
+        args_same=len(set(args_a) | set(args_b)) - len(differing),
         phases=_phase_rows(a, b),
         notes=notes,
+        args_only_a=[row for row in differing if row.key not in args_b],
+        args_only_b=[row for row in differing if row.key not in args_a],
+        args_note=_args_note(args_a, args_b),
+        backends_resolved=_resolves_a_backend(a) or _resolves_a_backend(b),
     )

@@ -12,7 +12,8 @@ import html
 import re
 import textwrap
 from collections import Counter
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -48,6 +49,8 @@ MAX_MARKERS_PER_KIND = 400
 MAX_CHART_POINTS = 500
 HOVER_WIDTH = 90
 HOVER_CHARS = 600
+# The year the core gives a time read from a log line that prints none (vLLM's `MM-DD HH:MM:SS`).
+UNKNOWN_YEAR = 1900
 
 
 def plot_text(value: Any, *, width: int = HOVER_WIDTH, limit: int = HOVER_CHARS) -> str:
@@ -147,6 +150,7 @@ class _Axis:
         self.mode = "time" if anchors and len(anchors) * 2 >= max(1, positions) else "line"
         self._lines = sorted(anchors)
         self._times = [anchors[line] for line in self._lines]
+        self.times = self._times
 
     def moment(self, line: int | None, time: Any = None) -> datetime | None:
         parsed = _parse_time(time)
@@ -172,6 +176,41 @@ class _Axis:
         if finish is None or finish < begin:
             finish = begin
         return _plotly_time(begin), max((finish - begin).total_seconds() * 1000.0, 1.0)
+
+
+def timeline_positions(doc: dict[str, Any]) -> int:
+    """How many distinct places on the timeline's x axis the document's events and phases take: a
+    chart of fewer than three is a few marks on an axis of fractional lines or of a millisecond."""
+    axis = _Axis(doc)
+    places = {axis.x(e.get("line"), e.get("time")) for e in doc.get("timeline") or [] if isinstance(e, dict)}
+    for phase in doc.get("phases") or []:
+        if isinstance(phase, dict):
+            places.add(axis.x(phase.get("start_line"), phase.get("start")))
+            places.add(axis.x(phase.get("end_line"), phase.get("end")))
+    crash = doc.get("crash")
+    if isinstance(crash, dict):
+        places.add(axis.x(crash.get("line"), None))
+    places.discard(None)
+    return len(places)
+
+
+def _x_axis(axis: _Axis, doc: dict[str, Any]) -> dict[str, Any]:
+    """The timeline's x axis: whole log lines (never 1.5), or clock times; vLLM's `MM-DD HH:MM:SS`
+    has no year (the core writes 1900), so such an axis shows the day and time only."""
+    if axis.mode == "line":
+        span = _last_position(doc) - min((e.get("line") or 1 for e in doc.get("timeline") or []), default=1)
+        return {"type": "linear", "title": {"text": "log line"}, "tickformat": "d"} | (
+            {"dtick": 1} if span <= 12 else {}
+        )
+    if axis.times and all(moment.year == UNKNOWN_YEAR for moment in axis.times):
+        return {
+            "type": "date",
+            "title": {"text": "time (the log prints no year)", "standoff": 10},
+            "automargin": True,
+            "tickformat": "%H:%M:%S<br>%b %d",
+            "hoverformat": "%b %d %H:%M:%S",
+        }
+    return {"type": "date", "title": {"text": ""}}
 
 
 def _last_position(doc: dict[str, Any]) -> int:
@@ -330,12 +369,7 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
             "barmode": "overlay",
             "hovermode": "closest",
             "hoverlabel": {"align": "left"},
-            "xaxis": {
-                "type": "date" if axis.mode == "time" else "linear",
-                "title": {"text": "" if axis.mode == "time" else "log line"},
-                "zeroline": False,
-                "showgrid": True,
-            },
+            "xaxis": _x_axis(axis, doc) | {"zeroline": False, "showgrid": True},
             "yaxis": {
                 "type": "category",
                 "categoryorder": "array",
@@ -443,38 +477,81 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def sparkline_svg(counts: list[int], *, width: int = 120, height: int = 24) -> SafeString:
-    """A tiny bar sparkline of per-day counts, as inline SVG. Only numbers go into it."""
-    counts = [max(0, int(c)) for c in counts]
-    if not counts:
-        counts = [0]
+@dataclass(frozen=True)
+class _Box:
+    """Where a sparkline's bars go inside its SVG, after room for the axis labels."""
+
+    left: float
+    right: float
+    top: float
+    bottom: float
+
+    @property
+    def height(self) -> float:
+        return self.bottom - self.top
+
+
+def _day_label(day: date) -> str:
+    return f"{day:%b} {day.day}"
+
+
+def _spark_bars(counts: list[int], box: _Box, first_day: date | None) -> SafeString:
     top = max(counts) or 1
-    step = width / len(counts)
-    bar = max(step - 1.0, 1.0)
-    rects = format_html_join(
-        "",
-        '<rect x="{}" y="{}" width="{}" height="{}"></rect>',
-        (
-            (
-                f"{i * step:.1f}",
-                f"{height - max(c / top * height, 1.0 if c else 0.0):.1f}",
-                f"{bar:.1f}",
-                f"{max(c / top * height, 1.0 if c else 0.0):.1f}",
-            )
-            for i, c in enumerate(counts)
-        ),
-    )
+    step = (box.right - box.left) / len(counts)
+    bars = []
+    for i, count in enumerate(counts):
+        tall = max(count / top * box.height, 1.0 if count else 0.0)
+        when = f"{_day_label(first_day + timedelta(days=i))}: " if first_day else ""
+        x, y, bar = f"{box.left + i * step:.1f}", f"{box.bottom - tall:.1f}", f"{max(step - 1.0, 1.0):.1f}"
+        bars.append((x, y, bar, f"{tall:.1f}", f"{when}{count} report{'s' if count != 1 else ''}"))
+    return format_html_join("", '<rect x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>', bars)
+
+
+def _spark_axes(counts: list[int], box: _Box, first_day: date, font: int) -> SafeString:
+    """A count axis (0 and the busiest day's count) on the left, dates below: the first, the last
+    and, where there is room, some between."""
+    top = max(counts)
+    lines = [(box.left, box.top, box.left, box.bottom), (box.left, box.bottom, box.right, box.bottom)]
+    labels = [(f"{box.left - 3:.1f}", f"{box.bottom:.1f}", "end", "0")]
+    if top:
+        labels.append((f"{box.left - 3:.1f}", f"{box.top + font * 0.7:.1f}", "end", str(top)))
+    step = (box.right - box.left) / len(counts)
+    room = max(2, min(len(counts), int((box.right - box.left) // (font * 6))))
+    below = f"{box.bottom + font + 2:.1f}"
+    for k in range(room):
+        i = round(k * (len(counts) - 1) / (room - 1)) if len(counts) > 1 else 0
+        anchor = "start" if k == 0 else "end" if k == room - 1 else "middle"
+        x = box.left + (i + (0.5 if anchor == "middle" else 0 if k == 0 else 1)) * step
+        labels.append((f"{x:.1f}", below, anchor, _day_label(first_day + timedelta(days=i))))
+    ends = ((f"{x1:.1f}", f"{y1:.1f}", f"{x2:.1f}", f"{y2:.1f}") for x1, y1, x2, y2 in lines)
+    axis = format_html_join("", '<line x1="{}" y1="{}" x2="{}" y2="{}"></line>', ends)
+    text = format_html_join("", '<text x="{}" y="{}" text-anchor="{}">{}</text>', labels)
+    return format_html('<g class="axis" font-size="{}">{}{}</g>', font, axis, text)
+
+
+def sparkline_svg(
+    counts: list[int], *, width: int = 120, height: int = 24, first_day: date | None = None
+) -> SafeString:
+    """A small bar chart of per-day counts, as inline SVG; with `first_day` (the date of counts[0]),
+    with axes: the count on the left, dates below. Only numbers and dates go into it."""
+    counts = [max(0, int(c)) for c in counts] or [0]
+    summary = f"{sum(counts)} in the last {len(counts)} days, most {max(counts)} a day"
+    if first_day is None:
+        box = _Box(0.0, float(width), 0.0, float(height))
+        frame = format_html('<line x1="0" y1="{0}" x2="{1}" y2="{0}"></line>', f"{height - 0.5:.1f}", width)
+    else:
+        font = 9 if height < 60 else 11
+        left = len(str(max(counts))) * font * 0.62 + 5
+        box = _Box(left, width - 2.0, 2.0, height - font - 4.0)
+        frame = _spark_axes(counts, box, first_day, font)
+        summary += f", {_day_label(first_day)} to {_day_label(first_day + timedelta(days=len(counts) - 1))}"
     return format_html(
-        '<svg class="sparkline" width="{}" height="{}" viewBox="0 0 {} {}" role="img" aria-label="{}">'
-        '<title>{}</title><line x1="0" y1="{}" x2="{}" y2="{}"></line>{}</svg>',
-        width,
-        height,
+        '<svg class="sparkline" width="{0}" height="{1}" viewBox="0 0 {0} {1}" role="img" aria-label="{2}">'
+        "<title>{3}</title>{4}{5}</svg>",
         width,
         height,
         f"{sum(counts)} in {len(counts)} days",
-        f"{sum(counts)} in the last {len(counts)} days, most {max(counts)} a day",
-        f"{height - 0.5:.1f}",
-        width,
-        f"{height - 0.5:.1f}",
-        rects,
+        summary,
+        frame,
+        _spark_bars(counts, box, first_day),
     )

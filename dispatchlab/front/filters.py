@@ -8,10 +8,11 @@ lists nothing too, with the form's error, never the unfiltered list.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -88,11 +89,55 @@ class ReportFilterForm(forms.Form):
         return value
 
 
+# What people type for an arch, and the `gpu.arch` values (the Report.arch column) each one means.
+ARCH_FAMILIES = {
+    "blackwell": ("sm_100", "sm_101", "sm_103", "sm_110", "sm_120", "sm_121"),
+    "hopper": ("sm_90",),
+    "ada": ("sm_89",),
+    "lovelace": ("sm_89",),
+    "ampere": ("sm_80", "sm_86", "sm_87"),
+    "turing": ("sm_75",),
+    "volta": ("sm_70",),
+}
+ARCH_TOKEN = re.compile(r"^(?:sm|compute)[ _-]?(\d{2,3})[afk]?$", re.IGNORECASE)
+
+
+def arches_named(text: str) -> set[str]:
+    """The archs a free text names: `sm_120`, `SM120a`, `compute_90`, or a family (`Blackwell`)."""
+    arches: set[str] = set()
+    for word in text.lower().split():
+        token = ARCH_TOKEN.match(word)
+        if token:
+            arches.add(f"sm_{token.group(1)}")
+        arches.update(ARCH_FAMILIES.get(word, ()))
+    return arches
+
+
+def gpu_text_query(text: str) -> Q:
+    """The reports whose GPU the free text names: every word of it in the GPU name (`pro 6000` finds
+    `NVIDIA RTX PRO 6000 Blackwell ...`), or an arch it names in the arch column (`sm120`, `hopper`).
+    Both are columns Report stores from the document's gpu.name and gpu.arch (report_columns)."""
+    by_name = Q()
+    for word in text.split():
+        by_name &= Q(gpu_name__icontains=word)
+    # the text itself too: an arch the names above do not cover (gfx942)
+    arches = arches_named(text) | {text.strip().lower()}
+    return by_name | Q(arch__in=sorted(arches))
+
+
 def filter_reports(reports: QuerySet[Report], form: ReportFilterForm) -> QuerySet[Report]:
+    """The page's filters; its free text finds what the API's does (title, signature, model, file
+    names...) and, besides, the GPU by name and arch (gpu_text_query)."""
     if not form.is_valid():
         # Leaving the bad field out would widen the list to reports the user did not ask for.
         return reports.none()
-    return reports_filtered(reports, **form.cleaned_data)
+    fields = dict(form.cleaned_data)
+    text = str(fields.pop("q", "") or "").strip()
+    filtered = reports_filtered(reports, **fields)
+    if not text:
+        return filtered
+    by_text = reports_filtered(reports, q=text).values("pk")
+    return filtered.filter(Q(pk__in=by_text) | gpu_text_query(text))
 
 
 class GroupFilterForm(forms.Form):

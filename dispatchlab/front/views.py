@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
@@ -23,7 +24,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dispatchlab.front import decision_views, figures, gpu_views, presenters
+from dispatchlab.front import decision_views, figures, gpu_views, presenters, report_page
 from dispatchlab.front.compare import compare_documents
 from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
 from dispatchlab.front.logview import log_window, render_rows, search_log
@@ -117,7 +118,7 @@ def upload(request: HttpRequest) -> HttpResponse:
     from dispatchlab.reports.services import (
         UploadRejected,
         UploadTooLarge,
-        report_create,
+        report_submit,
         upload_refuse_by_length,
     )
 
@@ -149,7 +150,7 @@ def upload(request: HttpRequest) -> HttpResponse:
     if errors:
         return _upload_page(request, projects, errors, 400)
     try:
-        report = report_create(
+        report, created = report_submit(
             project=project,
             user=request.user,
             files=files,
@@ -159,6 +160,10 @@ def upload(request: HttpRequest) -> HttpResponse:
     except UploadRejected as rejected:  # too large, too many files: a message for people
         status = 413 if isinstance(rejected, UploadTooLarge) else 400
         return _upload_page(request, projects, list(rejected.messages), status)
+    duplicate = "" if created else report_page.duplicate_message(report)
+    if duplicate:
+        # shown once, on the report page the browser goes to next (with or without JavaScript)
+        messages.info(request, duplicate)
     if _wants_json(request):
         return JsonResponse(
             {
@@ -166,6 +171,8 @@ def upload(request: HttpRequest) -> HttpResponse:
                 "status": report.status,
                 "url": reverse("front:report", args=[report.pk]),
                 "status_url": reverse("front:report_status", args=[report.pk]),
+                "duplicate": not created,
+                "message": duplicate,
             },
             status=201,
         )
@@ -207,18 +214,22 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
     if doc is None:
         return render(request, "front/report.html", context)
     matches = presenters.match_views(doc)
+    top = matches[0] if matches else None
+    events = report_page.event_list(doc)
     context.update(
         doc=doc,
         head=presenters.header(doc),
         matches=matches,
-        top=matches[0] if matches else None,
+        top=top,
+        top_evidence=report_page.folded_evidence(top.evidence, top.facts) if top else [],
         backends=presenters.backend_pairs(doc),
         has_draft=bool(doc.get("draft_backends")),
-        timeline_fig=figures.timeline_figure(doc),
+        event_list=events,
+        timeline_fig=None if events is not None else figures.timeline_figure(doc),
         throughput_fig=figures.throughput_figure(doc),
         tracebacks=[t for t in doc.get("tracebacks") or [] if isinstance(t, dict)],
         evidence_lines=presenters.evidence_lines(doc),
-        crash_line=presenters.crash_line(doc),
+        crash_line=report_page.exception_line(doc, selectors.report_line_index(report)),
         files=list(report.files.all()),
         compare_with=list(
             _rows(_reports(request.user).filter(project=report.project, document__isnull=False))
@@ -299,9 +310,13 @@ def report_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _first_day(days: int) -> dt.date:
+    """The first of the last `days` days, today included: the date of a sparkline's first bar."""
+    return timezone.localdate() - dt.timedelta(days=days - 1)
+
+
 def _daily_counts(reports: QuerySet[Report], group_ids: list[int], days: int) -> dict[int, list[int]]:
-    today = timezone.localdate()
-    since = today - dt.timedelta(days=days - 1)
+    since = _first_day(days)
     start = timezone.make_aware(dt.datetime.combine(since, dt.time.min))
     counts: dict[int, list[int]] = {gid: [0] * days for gid in group_ids}
     rows = (
@@ -347,7 +362,9 @@ def groups(request: HttpRequest) -> HttpResponse:
     rows = [
         {
             "group": group,
-            "spark": figures.sparkline_svg(daily.get(group.pk, [])),
+            "spark": figures.sparkline_svg(
+                daily.get(group.pk, []), width=170, height=40, first_day=_first_day(SPARK_DAYS)
+            ),
             "arches": arches.get(group.pk, []),
             "versions": versions.get(group.pk, []),
         }
@@ -374,7 +391,10 @@ def group(request: HttpRequest, group_id: int) -> HttpResponse:
             "group": group,
             "page": page,
             "spark": figures.sparkline_svg(
-                _daily_counts(reports, [group.pk], days)[group.pk], width=360, height=40
+                _daily_counts(reports, [group.pk], days)[group.pk],
+                width=640,
+                height=130,
+                first_day=_first_day(days),
             ),
             "spark_days": days,
             "arches": _distinct_by_group(reports, [group.pk], "arch").get(group.pk, []),

@@ -95,7 +95,8 @@
       pct.textContent = "100%";
       bar.querySelector(".label").textContent = "uploaded";
       form.classList.add("submitted");
-      if (!window.htmx) { window.location.href = body.url; return; }
+      // A duplicate is a report that exists already: its page says so (a message from the server).
+      if (!window.htmx || body.duplicate) { window.location.href = body.url; return; }
       var status = document.createElement("div");
       status.id = "report-status";
       status.className = "status-panel";

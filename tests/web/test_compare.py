@@ -39,17 +39,46 @@ def test_identical_reports_have_no_difference():
     assert not any(row.differs for row in c.versions)
 
 
-def test_only_the_differing_server_args_are_listed():
+def test_arguments_only_one_report_sets_are_listed_apart_from_those_that_differ():
     c = compare_documents(CRASH_DOC, FIXED_DOC)
-    assert [row.key for row in c.args] == [
+    assert c.args == [] and c.args_only_b == []
+    assert [row.key for row in c.args_only_a] == [
         "speculative_algorithm",
         "speculative_eagle_topk",
         "speculative_moe_runner_backend",
         "speculative_num_draft_tokens",
         "speculative_num_steps",
     ]
-    assert c.args[0].a == "EAGLE" and c.args[0].b == "(absent)"
+    assert c.args_only_a[0].a == "EAGLE" and c.args_only_a[0].b == "(absent)"
     assert "Only the first report runs a draft" in c.notes[0]
+
+
+def test_an_argument_both_set_to_different_values_is_a_difference_not_a_one_sided_one():
+    b = copy.deepcopy(FIXED_DOC)
+    b["server_args"]["mem_fraction_static"] = 0.5
+    b["server_args"]["enable_metrics"] = True
+    c = compare_documents(CRASH_DOC, b)
+    assert [(row.key, row.b) for row in c.args] == [("mem_fraction_static", "0.5")]
+    assert [(row.key, row.b) for row in c.args_only_b] == [("enable_metrics", "true")]
+    assert c.args_same == len(set(CRASH_DOC["server_args"]) & set(b["server_args"])) - 1
+
+
+def test_a_log_without_an_args_dump_is_said_to_print_none_rather_than_to_unset_them_all():
+    b = copy.deepcopy(FIXED_DOC)
+    b["server_args"] = {}
+    c = compare_documents(CRASH_DOC, b)
+    assert len(c.args_only_a) == len(CRASH_DOC["server_args"]) and c.args == []
+    assert c.args_note.startswith("Only the first report's log prints its server arguments")
+    assert compare_documents(CRASH_DOC, FIXED_DOC).args_note == ""
+
+
+def test_two_reports_that_resolved_no_backend_are_not_said_to_have_the_same_backends():
+    a, b = copy.deepcopy(CRASH_DOC), copy.deepcopy(FIXED_DOC)
+    for doc in (a, b):
+        doc["backends"], doc["draft_backends"] = {}, {}
+    c = compare_documents(a, b)
+    assert not c.backends_resolved and not c.backends_same and c.first_difference is None
+    assert compare_documents(CRASH_DOC, copy.deepcopy(CRASH_DOC)).backends_same
 
 
 def test_versions_keep_their_canonical_order_and_mark_changes():

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 
 from fixtures_docs import CRASH_DOC, FIXED_DOC, VLLM_OOM_DOC, hostile_doc
 
-from dispatchlab.front.figures import plot_text, sparkline_svg, throughput_figure, timeline_figure
+from dispatchlab.front.figures import (
+    plot_text,
+    sparkline_svg,
+    throughput_figure,
+    timeline_figure,
+    timeline_positions,
+)
 
 
 def _trace(fig, name):
@@ -165,3 +172,42 @@ def test_a_rank_named_with_a_unicode_digit_still_gets_a_lane():
     ]
     lanes = timeline_figure(doc)["meta"]["lanes"]
     assert any(lane.startswith("²") for lane in lanes) and any(lane.startswith("TP1") for lane in lanes)
+
+
+def test_a_sparkline_with_its_first_day_has_a_count_axis_and_a_date_axis():
+    svg = str(sparkline_svg([0, 3, 0, 1], width=300, height=100, first_day=dt.date(2025, 12, 30)))
+    labels = [text.split(">")[-1] for text in svg.split("</text>")[:-1]]
+    assert labels[:2] == ["0", "3"]  # the count axis: zero and the busiest day
+    assert labels[2] == "Dec 30" and labels[-1] == "Jan 2"  # dates below, across the year's end
+    assert "<title>Dec 31: 3 reports</title>" in svg and "<title>Jan 1: 0 reports</title>" in svg
+    assert "Dec 30 to Jan 2" in svg
+    bars = [float(part.split('"')[0]) for part in svg.split('<rect x="')[1:]]
+    assert min(bars) > 10  # bars start right of the count labels, not under them
+
+
+def test_a_vllm_timeline_without_a_year_shows_day_and_time_not_1900():
+    doc = copy.deepcopy(CRASH_DOC)
+    for event in doc["timeline"]:
+        if event.get("time"):
+            event["time"] = "1900-" + event["time"][5:]
+    for phase in doc["phases"]:
+        for key in ("start", "end"):
+            if phase.get(key):
+                phase[key] = "1900-" + phase[key][5:]
+    axis = timeline_figure(doc)["layout"]["xaxis"]
+    assert axis["type"] == "date" and "%Y" not in axis["tickformat"] and "no year" in axis["title"]["text"]
+    assert "tickformat" not in timeline_figure(CRASH_DOC)["layout"]["xaxis"]
+
+
+def test_a_timeline_counts_its_distinct_places_on_the_axis():
+    assert timeline_positions(CRASH_DOC) > 10
+    short = {
+        "timeline": [
+            {"line": 1, "time": "2025-12-02T14:03:11", "kind": "backend", "name": "server_args"},
+            {"line": 3, "time": None, "kind": "error", "name": "traceback"},
+            {"line": 3, "time": None, "kind": "error", "name": "crash"},
+        ],
+        "phases": [],
+        "crash": {"line": 3},
+    }
+    assert timeline_positions(short) == 2

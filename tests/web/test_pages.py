@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -179,7 +180,8 @@ def test_evidence_links_open_the_log_at_their_line(client, cast, crash):
     log = reverse("front:log", args=[crash.pk])
     for line in (1388, 1450, 1466):
         assert f'href="{log}?line={line}#L{line}"' in html
-    assert "Jump to crash · L1450" in html
+    # the crash's traceback starts at L1450; the exception type and message are printed at L1466
+    assert "Jump to crash · L1466" in html and "Jump to crash · L1450" not in html
 
 
 def test_the_timeline_is_a_json_data_island_not_inline_script(client, cast, crash):
@@ -534,7 +536,8 @@ def test_an_uploaded_file_name_is_shown_as_text(client, cast):
     )
     html = client.get(reverse("front:report_list")).content.decode()
     assert "<script>alert(1)" not in html and "&lt;script&gt;" in html
-    assert timezone.now()
+    # The title is kept as typed (escaped only where it is shown), not stripped on the way in.
+    assert Report.objects.get(project=cast.lab).title == XSS
 
 
 def test_backticks_in_knowledge_base_prose_become_code_and_nothing_else(client, cast):
@@ -683,3 +686,202 @@ def test_the_upload_form_still_needs_the_csrf_token(cast):
         {"project": "gpu-lab", "file": SimpleUploadedFile("a.log", b"line\n"), "csrfmiddlewaretoken": token},
     )
     assert response.status_code == 302 and Report.objects.count() == 1
+
+
+# ---- the page of a short or unknown log (issue #9, item 4) ----
+
+
+def short_unknown_doc() -> dict:
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["timeline"] = doc["timeline"][:1]
+    doc["phases"] = []
+    doc["metrics"] = {"points": [], "total": 0, "sampled_every": 1}
+    return doc
+
+
+def test_a_log_with_fewer_than_three_timed_events_gets_an_event_list_not_a_chart(client, cast):
+    login(client, cast.alice)
+    report = cast.report(short_unknown_doc(), lines=crash_log_lines())
+    html = client.get(reverse("front:report", args=[report.pk])).content.decode()
+    assert 'class="event-list' in html and 'id="timeline-fig"' not in html
+    assert "event-crash" in html or "event-error" in html
+
+
+def test_a_log_with_a_full_timeline_still_gets_the_chart(client, cast, crash):
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[crash.pk])).content.decode()
+    assert 'id="timeline-fig"' in html and 'class="event-list' not in html
+
+
+def test_explanations_render_their_markdown_and_stay_safe(client, cast):
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["matches"][0]["explanation"] = (
+        "Two causes:\n\n- **arch** `sm_120`\n- a [link](javascript:alert(1)) <script>x</script>"
+    )
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[cast.report(doc).pk])).content.decode()
+    assert "<li><strong>arch</strong> <code>sm_120</code></li>" in html
+    assert 'href="javascript:' not in html and "<script>x" not in html and "&lt;script&gt;x" in html
+
+
+def test_references_become_links_to_their_threads_and_files(client, cast):
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["matches"][0]["references"] = [
+        "flashinfer-ai/flashinfer#3670",
+        "sglang:python/sglang/srt/server_args.py",
+        "research:seed-case.md",
+    ]
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[cast.report(doc).pk])).content.decode()
+    assert 'href="https://github.com/flashinfer-ai/flashinfer/issues/3670"' in html
+    assert 'href="https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py"' in html
+    assert "<code>research:seed-case.md</code>" in html
+
+
+def test_identical_evidence_from_several_ranks_is_one_line_that_shows_the_kernel(client, cast):
+    kernel = "bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x8x512_s3_et128x8_m128x8x64_cga1x1x4_16dp256b_TN_sm100f"
+    message = "RuntimeError: " + "x" * 200 + f" kernel {kernel} has no image for sm_120"
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["matches"][0]["evidence"] = [
+        {"line": 1400 + rank, "text": f"[2025-11-20 09:16:27 TP{rank}] {message}"} for rank in range(4)
+    ]
+    doc["matches"][0]["lines"] = []
+    doc["matches"][0]["facts"] = {"kernel": kernel}
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[cast.report(doc).pk])).content.decode()
+    evidence = html[html.index('<ul class="evidence-list">') :]
+    evidence = evidence[: evidence.index("</ul>")]
+    assert evidence.count("<li>") == 1 and "4 ranks: TP0, TP1, TP2, TP3" in evidence
+    assert kernel in evidence
+
+
+def test_jump_to_crash_on_a_short_unknown_log_lands_on_the_exception_not_the_traceback_head(client, cast):
+    lines = [
+        "[2025-12-02 14:03:11] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1)",
+        "Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/template_manager.py", line 163, in load',
+        "    raise jinja2.exceptions.TemplateSyntaxError(message, lineno)",
+        "jinja2.exceptions.TemplateSyntaxError: expected token 'end of statement block', got 'tool'",
+    ]
+    doc = short_unknown_doc()
+    doc["crash"] |= {"line": 2, "exception": "jinja2.exceptions.TemplateSyntaxError", "message": "expected"}
+    doc["timeline"] = [{"line": 1, "time": "2025-12-02T14:03:11", "kind": "backend", "name": "server_args"}]
+    doc["timeline"] += [
+        {"line": 2, "time": None, "kind": "error", "name": name} for name in ("traceback", "crash")
+    ]
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[cast.report(doc, lines=lines).pk])).content.decode()
+    assert "Jump to crash · L5" in html
+    events = html[html.index('class="event-list') : html.index("</ol>")]
+    # the traceback and the crash it ends in, on one line, are one event: the server args, then the crash
+    assert events.count("<li") == 2 and "event-crash" in events and "TemplateSyntaxError" in events
+
+
+# ---- compare: one-sided arguments, no backends (issue #9, item 4) ----
+
+
+def test_compare_folds_arguments_only_one_report_prints(client, cast):
+    with_args = cast.report(CRASH_DOC, title="with args")
+    without = cast.report(FIXED_DOC | {"server_args": {}, "fingerprint": "0" * 16}, title="no args dump")
+    login(client, cast.alice)
+    html = client.get(reverse("front:compare"), {"a": with_args.pk, "b": without.pk}).content.decode()
+    args = html[html.index('id="compare-args"') :]
+    args = args[: args.index("</section>")]
+    count = len(CRASH_DOC["server_args"])
+    assert '<details class="one-sided-args" id="args-only-a">' in args
+    assert f"<summary>{count} arguments only in A</summary>" in args
+    assert "args-only-b" not in args and '<tr class="differs">' not in args
+    assert "Only the first report&#x27;s log prints its server arguments" in args
+
+
+def test_compare_of_two_reports_without_backends_does_not_call_them_the_same(client, cast):
+    bare = [
+        cast.report(
+            doc | {"backends": {}, "draft_backends": {}, "fingerprint": f"{n:016x}"}, title=f"bare {n}"
+        )
+        for n, doc in enumerate((CRASH_DOC, FIXED_DOC))
+    ]
+    login(client, cast.alice)
+    html = client.get(reverse("front:compare"), {"a": bare[0].pk, "b": bare[1].pk}).content.decode()
+    assert "Neither report resolved any backend" in html and "same backends" not in html
+    same = client.get(reverse("front:compare"), {"a": bare[0].pk, "b": bare[0].pk}).content.decode()
+    assert "Neither report resolved any backend" in same
+
+
+# ---- the reports filter's free text finds the GPU and its arch ----
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("sm_120", {0, 1}),
+        ("SM120", {0, 1}),
+        ("sm_90", {2}),
+        ("hopper", {2}),
+        ("blackwell", {0, 1}),
+        ("pro 6000", {0, 1}),
+        ("H100", {2}),
+        ("sm_89", set()),
+    ],
+)
+def test_the_report_lists_free_text_finds_the_gpu_and_its_arch(client, cast, three, text, expected):
+    login(client, cast.alice)
+    assert _listed(client, q=text) == {three[i].pk for i in expected}
+
+
+def test_the_free_text_gpu_search_still_respects_the_other_filters(client, cast, three):
+    login(client, cast.alice)
+    assert _listed(client, q="blackwell", signature="flashinfer-trtllm-moe-sm100-only") == {three[0].pk}
+    assert _listed(client, q="hopper", server="sglang") == set()
+
+
+# ---- a duplicate upload says it is one ----
+
+
+def test_uploading_the_same_bytes_again_says_which_report_they_already_are(client, cast):
+    login(client, cast.alice)
+    upload = {"project": "gpu-lab", "file": SimpleUploadedFile("a.log", b"[2025-11-20 09:14:00 TP0] hi\n")}
+    first = client.post(reverse("front:upload"), upload, headers={"X-Requested-With": "XMLHttpRequest"})
+    assert first.status_code == 201 and first.json()["duplicate"] is False and not first.json()["message"]
+    report_page = client.get(first.json()["url"]).content.decode()
+    assert "already uploaded" not in report_page
+    again = {"project": "gpu-lab", "file": SimpleUploadedFile("b.log", b"[2025-11-20 09:14:00 TP0] hi\n")}
+    response = client.post(reverse("front:upload"), again)
+    report = Report.objects.get()
+    assert response["Location"] == reverse("front:report", args=[report.pk])
+    html = client.get(response["Location"]).content.decode()
+    assert f"This file was already uploaded as report #{report.pk}" in html
+    # said once: the next visit of the page is a plain report page again
+    assert "already uploaded" not in client.get(response["Location"]).content.decode()
+
+
+def test_a_duplicate_upload_by_script_is_marked_in_its_json_answer(client, cast):
+    login(client, cast.alice)
+    ajax = {"headers": {"X-Requested-With": "XMLHttpRequest"}}
+    for name in ("a.log", "b.log"):
+        upload = {"project": "gpu-lab", "file": SimpleUploadedFile(name, b"same bytes\n")}
+        body = client.post(reverse("front:upload"), upload, **ajax).json()
+    assert body["duplicate"] is True and body["id"] == Report.objects.get().pk
+    assert f"already uploaded as report #{body['id']}" in body["message"]
+
+
+# ---- the group sparkline has axes ----
+
+
+def test_the_group_sparklines_have_a_date_axis_and_a_count_axis(client, cast, three):
+    cast.report(CRASH_DOC, title="again")  # same fingerprint: two reports today
+    login(client, cast.alice)
+    today = timezone.localdate()
+    first = today - dt.timedelta(days=29)
+    html = client.get(reverse("front:groups")).content.decode()
+    row = html[html.index(CRASH_DOC["matches"][0]["title"]) :]
+    row = row[: row.index("</tr>")]
+    assert '<g class="axis"' in row
+    assert f">{first:%b} {first.day}</text>" in row and f">{today:%b} {today.day}</text>" in row
+    assert '<text x="' in row and ">2</text>" in row and ">0</text>" in row
+    page = client.get(reverse("front:group", args=[three[0].group_id])).content.decode()
+    start = today - dt.timedelta(days=89)
+    assert (
+        f">{start:%b} {start.day}</text>" in page
+        and f"<title>{today:%b} {today.day}: 2 reports</title>" in page
+    )

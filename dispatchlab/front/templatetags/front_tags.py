@@ -8,8 +8,10 @@ from django.urls import reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 
+from dispatchlab.decisions.markdown import render_markdown
 from dispatchlab.front.compare import show
 from dispatchlab.front.presenters import ORIGIN_HELP
+from dispatchlab.front.report_page import reference_url
 
 register = template.Library()
 
@@ -108,3 +110,19 @@ def ticks(value: Any) -> SafeString:
     for i, part in enumerate(parts):
         out += format_html("<code>{}</code>", part) if i % 2 else conditional_escape(part)
     return out
+
+
+@register.filter
+def markdown(value: Any) -> SafeString:
+    """Knowledge-base prose is Markdown: rendered, then sanitised (dispatchlab.decisions.markdown)."""
+    return render_markdown(str(value or ""))
+
+
+@register.simple_tag
+def reference_link(reference: Any) -> str:
+    """A reference as a link where it names a GitHub thread, a project file or an http(s) URL."""
+    text = str(reference or "")
+    url = reference_url(text)
+    if url:
+        return format_html('<a href="{}" rel="noreferrer noopener">{}</a>', url, text)
+    return format_html("<code>{}</code>", text)
