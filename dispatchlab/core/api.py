@@ -24,9 +24,23 @@ def parse_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | Non
     return parse_sources(open_sources(paths), progress=progress).to_dict()
 
 
-def analyze_paths(paths: Sequence[str | Path], *, progress: ProgressCallback | None = None) -> dict[str, Any]:
-    """Parse, then match the knowledge base: the `match` document of docs/contract.md."""
+def analyze_paths(
+    paths: Sequence[str | Path],
+    *,
+    progress: ProgressCallback | None = None,
+    line_index: tuple[str | Path, str | Path] | None = None,
+) -> dict[str, Any]:
+    """Parse, then match the knowledge base: the `match` document of docs/contract.md. With
+    `line_index=(text_path, index_path)`, the same read writes the log viewer's text copy and index."""
+    from dispatchlab.core.lineindex import LineIndexWriter
     from dispatchlab.core.matching import analyze_sources
     from dispatchlab.core.reading import open_sources
 
-    return analyze_sources(open_sources(paths), progress=progress)
+    sources = open_sources(paths)
+    if line_index is None:
+        return analyze_sources(sources, progress=progress)
+    writer = LineIndexWriter(*line_index)
+    try:
+        return analyze_sources(sources, progress=progress, index=writer)
+    finally:
+        writer.close()

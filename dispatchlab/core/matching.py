@@ -14,6 +14,7 @@ from typing import Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
 from dispatchlab.core.inference import fingerprint, infer_failure_class
+from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
 from dispatchlab.core.parse.interpret.crash import crash_from_fatal_line
 from dispatchlab.core.parse.model import ParsedLog, PatternHit
@@ -308,15 +309,23 @@ def _crash_from_signature(parsed: ParsedLog, match: Match) -> None:
 
 
 def diagnose_sources(
-    sources: Sequence[Source], *, progress: ProgressCallback | None = None, kb: KnowledgeBase | None = None
+    sources: Sequence[Source],
+    *,
+    progress: ProgressCallback | None = None,
+    kb: KnowledgeBase | None = None,
+    index: LineIndexWriter | None = None,
 ) -> Diagnosis:
     kb = kb or load_knowledge_base()
-    parsed = parse_sources(sources, progress=progress, extra=ExtraPatterns(tuple(kb.patterns)))
+    parsed = parse_sources(sources, progress=progress, extra=ExtraPatterns(tuple(kb.patterns)), index=index)
     return diagnose(parsed, kb)
 
 
 def analyze_sources(
-    sources: Sequence[Source], *, progress: ProgressCallback | None = None, kb: KnowledgeBase | None = None
+    sources: Sequence[Source],
+    *,
+    progress: ProgressCallback | None = None,
+    kb: KnowledgeBase | None = None,
+    index: LineIndexWriter | None = None,
 ) -> dict[str, Any]:
     """The `match` document of docs/contract.md."""
-    return diagnose_sources(sources, progress=progress, kb=kb).to_dict()
+    return diagnose_sources(sources, progress=progress, kb=kb, index=index).to_dict()

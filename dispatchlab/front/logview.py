@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from django.utils.html import escape, format_html, format_html_join
@@ -23,17 +22,12 @@ from pygments.lexer import Lexer
 from pygments.lexers.special import TextLexer
 from pygments.token import Comment, Generic, Keyword, Name, Number, Operator, String, Text
 
-from dispatchlab.core.reading import LineIndex, decode_line
+from dispatchlab.core.lineindex import LineIndex
 
 WINDOW = 200
 # A line is shown up to this many characters (a ServerArgs dump fits; a 4 MB line does not).
-DISPLAY_CHARS = 12_000
 # Above this many characters in one window, lexing costs more than it helps: plain text instead.
 HIGHLIGHT_BUDGET = 400_000
-SEARCH_LIMIT = 200
-SEARCH_SLICE_BYTES = 256 * 1024 * 1024
-SEARCH_BLOCK_BYTES = 8 * 1024 * 1024
-HIT_CHARS = 400
 
 
 # Python's re costs about as much per character for any unanchored pattern, so the lexer works
@@ -208,41 +202,6 @@ def highlight_lines(lines: list[str]) -> list[SafeString]:
     return [mark_safe(piece) for piece in pieces]
 
 
-def read_lines(
-    index: LineIndex, first: int, count: int, *, max_chars: int = DISPLAY_CHARS
-) -> list[tuple[str, int]]:
-    """Lines first..first+count-1 as (text, full length in bytes), each cut to max_chars.
-
-    Like LineIndex.lines, but never reads more than max_chars of a line into memory, so a window
-    of 4 MB lines costs what a window of short ones does."""
-    if first < 1 or count <= 0 or not index.offsets:
-        return []
-    slot = min((first - 1) // index.every, len(index.offsets) - 1)
-    skip = first - 1 - slot * index.every
-    limit = max_chars * 4 + 4  # UTF-8: up to 4 bytes a character
-    out: list[tuple[str, int]] = []
-    with Path(index.text_path).open("rb") as handle:
-        handle.seek(index.offsets[slot])
-        while len(out) < count:
-            raw = handle.readline(limit)
-            if not raw:
-                break
-            length = len(raw)
-            complete = raw.endswith(b"\n")
-            while not complete:
-                rest = handle.readline(1024 * 1024)
-                if not rest:
-                    break
-                length += len(rest)
-                complete = rest.endswith(b"\n")
-            if skip:
-                skip -= 1
-                continue
-            text = decode_line(raw.rstrip(b"\n"))
-            out.append((text[:max_chars], length - (1 if complete else 0)))
-    return out
-
-
 @dataclass
 class Row:
     number: int
@@ -288,7 +247,7 @@ def log_window(
     sources: list[dict[str, Any]] | None = None,
 ) -> Window:
     first = window_bounds(line_count, line=line, start=start)
-    raw = read_lines(index, first, WINDOW)
+    raw = index.read_lines(first, WINDOW)
     fragments = highlight_lines([text for text, _ in raw])
     needle_lower = needle.lower()
     starts = {}
@@ -350,75 +309,3 @@ def render_rows(window: Window) -> SafeString:
             )
 
     return format_html_join("\n", "{}", ((row,) for row in rows()))
-
-
-@dataclass
-class SearchResult:
-    needle: str
-    hits: list[tuple[int, str]]
-    start: int
-    scanned_to: int  # the last line looked at
-    next_start: int | None  # where "search on" continues, when the slice or the hit limit ran out
-    truncated_hits: bool = False
-
-
-def search_log(
-    index: LineIndex,
-    needle: str,
-    *,
-    start: int = 1,
-    limit: int = SEARCH_LIMIT,
-    slice_bytes: int = SEARCH_SLICE_BYTES,
-    block_bytes: int = SEARCH_BLOCK_BYTES,
-) -> SearchResult:
-    """Lines containing needle (ASCII case-insensitive) from line `start` on.
-
-    Scans whole blocks with bytes.find instead of line by line, and stops after `slice_bytes` so one
-    request on a gigabyte log stays bounded; next_start says where to go on."""
-    wanted = needle.encode("utf-8").lower()
-    start = max(1, start)
-    if not wanted or not index.offsets:
-        return SearchResult(needle, [], start, start - 1, None)
-    slot = min((start - 1) // index.every, len(index.offsets) - 1)
-    number = slot * index.every + 1  # line number of the first line in `block`
-    hits: list[tuple[int, str]] = []
-    scanned = 0
-    with Path(index.text_path).open("rb") as handle:
-        handle.seek(index.offsets[slot])
-        carry = b""
-        while True:
-            data = handle.read(block_bytes)
-            at_end = not data
-            block = carry + data
-            if not block:
-                break
-            cut = len(block) if at_end else block.rfind(b"\n") + 1
-            if cut == 0:  # one line longer than a block: keep reading
-                carry = block
-                continue
-            carry = block[cut:]
-            block = block[:cut]
-            lowered = block.lower()
-            pos = lowered.find(wanted)
-            counted_to, line_of_pos = 0, number
-            while pos != -1:
-                line_of_pos += block.count(b"\n", counted_to, pos)
-                counted_to = pos
-                line_start = block.rfind(b"\n", 0, pos) + 1
-                line_end = block.find(b"\n", pos)
-                if line_end == -1:
-                    line_end = len(block)
-                if line_of_pos >= start:
-                    text = decode_line(block[line_start : min(line_end, line_start + HIT_CHARS * 4)])
-                    hits.append((line_of_pos, text[:HIT_CHARS]))
-                    if len(hits) >= limit:
-                        return SearchResult(needle, hits, start, line_of_pos, line_of_pos + 1, True)
-                pos = lowered.find(wanted, line_end)
-            lines_in_block = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
-            number += lines_in_block
-            scanned += len(block)
-            if at_end:
-                break
-            if scanned >= slice_bytes:
-                return SearchResult(needle, hits, start, number - 1, number)
-    return SearchResult(needle, hits, start, number - 1, None)

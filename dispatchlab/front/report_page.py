@@ -9,10 +9,9 @@ from typing import Any
 
 from django.utils import timezone
 
-from dispatchlab.core.reading import LineIndex
+from dispatchlab.core.lineindex import LineIndex
 from dispatchlab.front import figures
 from dispatchlab.front.figures import UNKNOWN_YEAR
-from dispatchlab.front.logview import read_lines
 from dispatchlab.reports.models import Report
 
 # Fewer places on the axis than this make a chart of fractional ticks or a 1 ms axis: a list instead.
@@ -115,7 +114,7 @@ def exception_line(doc: dict[str, Any], index: LineIndex | None) -> int | None:
     if not exception or index is None:
         return head
     short = exception.rsplit(".", 1)[-1]
-    for offset, (text, _length) in enumerate(read_lines(index, head, EXCEPTION_SEARCH_LINES)):
+    for offset, (text, _length) in enumerate(index.read_lines(head, EXCEPTION_SEARCH_LINES)):
         body = RANK_PREFIX.sub("", text).strip()
         if body.startswith(("File ", "Traceback")):
             continue

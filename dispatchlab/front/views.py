@@ -27,7 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from dispatchlab.front import decision_views, figures, gpu_views, presenters, report_page
 from dispatchlab.front.compare import compare_documents
 from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
-from dispatchlab.front.logview import log_window, render_rows, search_log
+from dispatchlab.front.logview import log_window, render_rows
 from dispatchlab.reports import selectors
 from dispatchlab.reports.models import FailureGroup, Project, Report
 
@@ -274,7 +274,7 @@ def log(request: HttpRequest, report_id: int) -> HttpResponse:
     )
     search = None
     if needle.strip():
-        search = search_log(index, needle, start=_int_param(request, "from") or 1)
+        search = index.search(needle, start=_int_param(request, "from") or 1)
     context.update(
         window=window,
         rows=render_rows(window),

@@ -11,7 +11,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from dispatchlab.core.reading import LineIndex
+from dispatchlab.core.lineindex import LineIndex
 from dispatchlab.reports.models import FailureGroup, Membership, Project, Report
 
 

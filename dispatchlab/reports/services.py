@@ -515,7 +515,6 @@ def report_analyze(*, report_id: int) -> Outcome:
     from celery.exceptions import SoftTimeLimitExceeded
 
     from dispatchlab.core import LogReadError, analyze_paths
-    from dispatchlab.core.reading import write_line_index
 
     token = uuid.uuid4().hex
     if not report_claim(report_id=report_id, token=token):
@@ -554,15 +553,15 @@ def report_analyze(*, report_id: int) -> Outcome:
     try:
         with _local_copies(report, workdir) as paths:
             started = time.monotonic()
-            document = analyze_paths(paths, progress=progress)
-            parse_seconds = time.monotonic() - started
-            _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE)
             text_path, index_path = _line_index_paths(report_id)
             text_path.parent.mkdir(parents=True, exist_ok=True)
-            # Written aside and swapped in, so a page reading the old copy during a re-match never
-            # sees half a file.
+            # One read: the parse writes the log viewer's copy and index aside, swapped in after, so a
+            # page reading the old copy during a re-match never sees half a file.
             tmp_text, tmp_index = text_path.with_suffix(".log.tmp"), index_path.with_suffix(".idx.tmp")
-            line_count = write_line_index(paths, tmp_text, tmp_index)
+            document = analyze_paths(paths, progress=progress, line_index=(tmp_text, tmp_index))
+            parse_seconds = time.monotonic() - started
+            _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE)
+            line_count = int(document.get("line_count") or 0)
             os.replace(tmp_text, text_path)
             os.replace(tmp_index, index_path)
             _clean_source_names(document, workdir)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dispatchlab.core import LogReadError, parse_paths
-from dispatchlab.core.reading import LineIndex, iter_lines, write_line_index
+from dispatchlab.core.lineindex import LineIndex, write_line_index
+from dispatchlab.core.reading import iter_lines
 
 from .helpers import LOGS, run_cli
 
@@ -129,12 +130,12 @@ def test_usage_errors_exit_with_2():
 def test_the_line_index_pages_through_a_log_by_line_number(tmp_path: Path):
     log = tmp_path / "many.log.gz"
     log.write_bytes(gzip.compress("".join(f"line {i}\n" for i in range(1, 5001)).encode()))
-    count = write_line_index([log], tmp_path / "copy.txt", tmp_path / "copy.idx", every=100)
+    count = write_line_index([log], tmp_path / "copy.txt", tmp_path / "copy.idx")
     index = LineIndex(tmp_path / "copy.txt", tmp_path / "copy.idx")
     assert count == 5000
-    assert index.lines(4321, 3) == ["line 4321", "line 4322", "line 4323"]
-    assert index.lines(4999, 10) == ["line 4999", "line 5000"]
-    assert index.search("line 42", limit=3) == [(42, "line 42"), (420, "line 420"), (421, "line 421")]
+    assert [text for text, _ in index.read_lines(4321, 3)] == ["line 4321", "line 4322", "line 4323"]
+    assert [text for text, _ in index.read_lines(4999, 10)] == ["line 4999", "line 5000"]
+    assert index.search("line 42", limit=3).hits == [(42, "line 42"), (420, "line 420"), (421, "line 421")]
 
 
 def _peak_rss_mb_parsing(path: Path) -> float:
@@ -166,3 +167,28 @@ def test_stream_reading_keeps_memory_flat_as_the_log_grows(tmp_path: Path):
     small_peak, large_peak = _peak_rss_mb_parsing(small), _peak_rss_mb_parsing(large)
     assert large_peak < 150, f"peak RSS {large_peak:.0f} MB for a 250 MB log"
     assert large_peak < small_peak * 1.2, f"peak RSS grew from {small_peak:.0f} MB to {large_peak:.0f} MB"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_parse_writes_the_viewers_copy_and_index_in_the_same_read(
+    tmp_path: Path, monkeypatch, workers: str
+):
+    from dispatchlab.core import analyze_paths
+    from dispatchlab.core.parse import chunkscan, scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 64 * 1024)
+    monkeypatch.setattr(chunkscan, "MIN_SEGMENT_BYTES", 64 * 1024)
+    monkeypatch.setattr(chunkscan, "WORKER_CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", workers)
+    lines = [f"[2026-01-01 00:00:{n % 60:02d} TP{n % 4}] step {n}\x1b[0m" for n in range(1, 30001)]
+    log = tmp_path / "big.log"
+    log.write_bytes("\r\n".join(lines).encode() + b"\r\n")  # CRLF and colour codes: the copy is normalised
+    text, idx = tmp_path / "copy.txt", tmp_path / "copy.idx"
+    doc = analyze_paths([log], line_index=(text, idx))
+    assert doc["line_count"] == 30000
+    assert text.read_bytes() == "\n".join(line.replace("\x1b[0m", "") for line in lines).encode() + b"\n"
+    index = LineIndex(text, idx)
+    for first in (1, 2, 777, 12345, 29999):
+        expected = [f"[2026-01-01 00:00:{n % 60:02d} TP{n % 4}] step {n}" for n in (first, first + 1)]
+        assert [t for t, _ in index.read_lines(first, 2)] == expected
+    assert not list(tmp_path.glob("tmp*")), "the workers' shares of the text were left behind"

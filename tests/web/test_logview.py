@@ -4,23 +4,20 @@ from pathlib import Path
 
 import pytest
 
-from dispatchlab.core.reading import LineIndex, write_line_index
+from dispatchlab.core.lineindex import DISPLAY_CHARS, LineIndex, write_line_index
 from dispatchlab.front.logview import (
-    DISPLAY_CHARS,
     WINDOW,
     highlight_lines,
     log_window,
-    read_lines,
-    search_log,
     window_bounds,
 )
 
 
-def _index(tmp_path: Path, lines: list[str], every: int = 64) -> LineIndex:
+def _index(tmp_path: Path, lines: list[str], checkpoint_bytes: int = 512) -> LineIndex:
     log = tmp_path / "server.log"
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     text, idx = tmp_path / "text.log", tmp_path / "lines.idx"
-    assert write_line_index([log], text, idx, every=every) == len(lines)
+    assert write_line_index([log], text, idx, checkpoint_bytes=checkpoint_bytes) == len(lines)
     return LineIndex(text, idx)
 
 
@@ -89,7 +86,7 @@ def test_highlighting_gives_one_fragment_per_line_even_with_odd_characters():
 
 def test_long_lines_are_cut_without_reading_them_whole(tmp_path):
     index = _index(tmp_path, ["short", "x" * 100_000, "after"])
-    rows = read_lines(index, 1, 3, max_chars=1000)
+    rows = index.read_lines(1, 3, max_chars=1000)
     assert [len(text) for text, _ in rows] == [5, 1000, 5]
     assert rows[1][1] == 100_000
     window = log_window(index, 3)
@@ -99,28 +96,28 @@ def test_long_lines_are_cut_without_reading_them_whole(tmp_path):
 
 def test_search_finds_lines_across_block_boundaries(big):
     index, lines = big
-    result = search_log(index, "TRACEBACK (most", block_bytes=4096)
+    result = index.search("TRACEBACK (most", block_bytes=4096)
     assert result.hits == [(1450, lines[1449])]
-    result = search_log(index, "step 4999 ", block_bytes=1000)
+    result = index.search("step 4999 ", block_bytes=1000)
     assert [n for n, _ in result.hits] == [4999]
     assert result.next_start is None
 
 
 def test_search_reports_each_line_once_and_starts_where_asked(big):
     index, _ = big
-    result = search_log(index, "TP1]", start=4000, limit=10)
+    result = index.search("TP1]", start=4000, limit=10)
     assert [n for n, _ in result.hits] == list(range(4001, 4041, 4))
     assert result.truncated_hits and result.next_start == 4038
 
 
 def test_search_stops_after_a_slice_and_says_where_to_go_on(big):
     index, _ = big
-    result = search_log(index, "step 4321 ", slice_bytes=10_000, block_bytes=4096)
+    result = index.search("step 4321 ", slice_bytes=10_000, block_bytes=4096)
     assert result.hits == [] and result.next_start is not None
     found = []
     start = 1
     while start is not None:
-        result = search_log(index, "step 4321 ", start=start, slice_bytes=10_000, block_bytes=4096)
+        result = index.search("step 4321 ", start=start, slice_bytes=10_000, block_bytes=4096)
         found += result.hits
         start = result.next_start
     assert [n for n, _ in found] == [4321]

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from fixtures_docs import CRASH_DOC, FIXED_DOC, VLLM_OOM_DOC, XSS, hostile_doc
 
-from dispatchlab.core.reading import write_line_index
+from dispatchlab.core.lineindex import write_line_index
 from dispatchlab.reports.models import FailureGroup, Membership, Project, Report
 from dispatchlab.reports.services import report_columns
 

@@ -20,6 +20,7 @@ from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS, ExtraPatterns
 from dispatchlab.core.parse.vocabulary import ProgressCallback
 
 if TYPE_CHECKING:
+    from dispatchlab.core.lineindex import LineIndexWriter
     from dispatchlab.core.parse.model import ParsedLog
     from dispatchlab.core.reading import Source
 
@@ -31,9 +32,11 @@ def parse_sources(
     *,
     progress: ProgressCallback | None = None,
     extra: ExtraPatterns = NO_EXTRA_PATTERNS,
+    index: LineIndexWriter | None = None,
 ) -> ParsedLog:
-    """Parse one or several logs (several sources make one document, in the given order)."""
+    """Parse one or several logs (several sources make one document, in the given order); with `index`,
+    the same pass writes the text copy and line index the log viewer pages through."""
     from dispatchlab.core.parse.interpret import interpret
     from dispatchlab.core.parse.scan import compiled_rules, scan_sources
 
-    return interpret(scan_sources(sources, compiled_rules(extra), progress))
+    return interpret(scan_sources(sources, compiled_rules(extra), progress, index))

@@ -4,14 +4,20 @@ in worker processes over line-aligned segments (one per core), so gigabyte logs 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+import pickle
+import signal
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
+from dispatchlab.core.lineindex import chunk_checkpoints
 from dispatchlab.core.parse.scanner import Scanner
-from dispatchlab.core.reading import CHUNK_BYTES, MAX_PARSED_LINE_BYTES, normalise_chunk
+from dispatchlab.core.reading import MAX_PARSED_LINE_BYTES, normalise_chunk
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
@@ -45,6 +51,9 @@ class ChunkScan:
     samples: list[tuple[int, bytes]]  # (line index, line) of sampled batch-statistics lines
     metric_lines: int
     next_sample: int  # how far into the next chunk the sampling stride reaches
+    checkpoints: list[tuple[int, int]] = field(
+        default_factory=list
+    )  # (line index, offset) for the line index
 
 
 def _line_at(chunk: bytes, start: int) -> bytes:
@@ -96,19 +105,28 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
     return out, (position - size if out else 0), metric_lines
 
 
-def scan_chunk(scanner: Scanner, chunk: bytes, stride: int, next_sample: int) -> ChunkScan:
+def scan_chunk(
+    scanner: Scanner, chunk: bytes, stride: int, next_sample: int, *, checkpoints: bool = False
+) -> ChunkScan:
     candidates = scanner.candidates(chunk)
     sample_starts, next_sample, metric_lines = _samples(chunk, stride, next_sample)
     count = chunk.count
     hits: list[Hit] = []
     samples: list[tuple[int, bytes]] = []
-    # walk candidate and sample offsets in order, counting newlines once between them
-    events = sorted([(o, 0) for o in candidates] + [(o, 1) for o in sample_starts])
+    marks: list[tuple[int, int]] = []
+    # walk candidate, sample and checkpoint offsets in order, counting newlines once between them
+    events = [(o, 0) for o in candidates] + [(o, 1) for o in sample_starts]
+    if checkpoints:
+        events += [(o, 2) for o in chunk_checkpoints(chunk)]
+    events.sort()
     index = 0
     cursor = 0
     for offset, kind in events:
         index += count(b"\n", cursor, offset)
         cursor = offset
+        if kind == 2:
+            marks.append((index, offset))
+            continue
         raw = _line_at(chunk, offset)
         if kind == 1:
             samples.append((index, raw))
@@ -124,87 +142,161 @@ def scan_chunk(scanner: Scanner, chunk: bytes, stride: int, next_sample: int) ->
             previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
         hits.append(Hit(index, raw, tuple(sorted(rules)) if rules is not None else None, following, previous))
     lines = index + count(b"\n", cursor)
-    return ChunkScan(len(chunk), lines, hits, samples, metric_lines, next_sample)
+    return ChunkScan(len(chunk), lines, hits, samples, metric_lines, next_sample, marks)
 
 
 # ---------------------------------------------------------------- segments of a big plain file, in parallel
-_WORKER_SCANNER: Scanner | None = None
+MIN_SEGMENT_BYTES = 8 * 1024 * 1024
+WORKER_CHUNK_BYTES = 4 * 1024 * 1024  # small chunks keep each worker's memory flat
 
 
-def _segment_bounds(path: Path, size: int) -> list[tuple[int, int]]:
+def _segment_bounds(path: Path, size: int, workers: int) -> list[tuple[int, int]]:
+    """Line-aligned (start, end) pieces, a few per worker so that none waits on a slow one."""
+    step = max(MIN_SEGMENT_BYTES, min(SEGMENT_BYTES, size // (workers * 4) + 1))
     bounds = [0]
     with path.open("rb") as handle:
-        for nominal in range(SEGMENT_BYTES, size, SEGMENT_BYTES):
+        for nominal in range(step, size, step):
             handle.seek(nominal)
-            tail = handle.read(1 << 20)
-            newline = tail.find(b"\n")
+            newline = handle.read(1 << 20).find(b"\n")
             if newline < 0:
                 continue
             cut = nominal + newline + 1
-            if cut > bounds[-1] and cut < size:
+            if bounds[-1] < cut < size:
                 bounds.append(cut)
     bounds.append(size)
     return list(itertools.pairwise(bounds))
 
 
-def _scan_segment(task: tuple[str, int, int, int]) -> list[ChunkScan]:
-    path, start, end, stride = task
-    assert _WORKER_SCANNER is not None
+def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    """Normalised, newline-terminated chunks of bytes [start, end) of an open file."""
+    handle.seek(start)
+    remaining = end - start
+    carry = b""
+    while remaining > 0:
+        block = handle.read(min(WORKER_CHUNK_BYTES, remaining))
+        if not block:
+            break
+        remaining -= len(block)
+        cut = len(block) if remaining <= 0 else block.rfind(b"\n") + 1
+        if cut == 0:
+            carry += block
+            continue
+        # one copy at most: the carried partial line joined to the block up to its last newline
+        chunk = (
+            b"".join((carry, memoryview(block)[:cut]))
+            if carry
+            else block
+            if cut == len(block)
+            else block[:cut]
+        )
+        carry = block[cut:]
+        yield normalise_chunk(chunk if chunk.endswith(b"\n") else chunk + b"\n")
+    if carry:
+        yield normalise_chunk(carry + b"\n")
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: int
+    end: int
+    text: Path | None  # where to write its normalised text, for the line index
+
+
+def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> list[ChunkScan]:
     scans: list[ChunkScan] = []
     next_sample = 0
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        remaining = end - start
-        carry = b""
-        while remaining > 0:
-            block = handle.read(min(CHUNK_BYTES, remaining))
-            if not block:
-                break
-            remaining -= len(block)
-            cut = len(block) if remaining <= 0 else block.rfind(b"\n") + 1
-            if cut == 0:
-                carry += block
-                continue
-            # one copy at most: the carried partial line joined to the block up to its last newline
-            chunk = (
-                b"".join((carry, memoryview(block)[:cut]))
-                if carry
-                else block
-                if cut == len(block)
-                else block[:cut]
-            )
-            carry = block[cut:]
-            if not chunk.endswith(b"\n"):
-                chunk += b"\n"
-            scan = scan_chunk(_WORKER_SCANNER, normalise_chunk(chunk), stride, next_sample)
+    with path.open("rb") as handle, contextlib.ExitStack() as stack:
+        text = stack.enter_context(segment.text.open("wb")) if segment.text else None
+        for chunk in _chunks_between(handle, segment.start, segment.end):
+            scan = scan_chunk(scanner, chunk, stride, next_sample, checkpoints=text is not None)
             next_sample = scan.next_sample
             scans.append(scan)
-        if carry:
-            scans.append(scan_chunk(_WORKER_SCANNER, normalise_chunk(carry + b"\n"), stride, next_sample))
+            if text is not None:
+                text.write(chunk)
     return scans
 
 
 def parallel_workers() -> int:
-    import multiprocessing  # not at import time: the one-line log of a CLI call never needs it
-
     configured = os.environ.get("DISPATCHLAB_PARSE_WORKERS")
     if configured:
         return max(1, int(configured))
-    if multiprocessing.current_process().daemon or "fork" not in multiprocessing.get_all_start_methods():
-        return 1  # inside a daemonic pool process (a Celery prefork child): no grandchildren
+    if not hasattr(os, "fork"):
+        return 1
     return min(os.cpu_count() or 1, 8)
 
 
-def scan_file_in_parallel(
-    scanner: Scanner, path: Path, size: int, stride: int, workers: int
-) -> Iterator[ChunkScan]:
-    """ChunkScans of a plain file, in file order, computed by `workers` forked processes."""
-    import multiprocessing
+def _keep_freed_memory() -> None:
+    """glibc hands big freed buffers back to the kernel and faults them in again for the next chunk; a
+    scan worker reuses them instead (its memory stays a few chunks' worth)."""
+    try:
+        import ctypes
 
-    global _WORKER_SCANNER
-    _WORKER_SCANNER = scanner  # inherited by the forked workers: no recompiling
-    tasks = [(str(path), start, end, stride) for start, end in _segment_bounds(path, size)]
-    context = multiprocessing.get_context("fork")
-    with context.Pool(processes=workers) as pool:
-        for scans in pool.imap(_scan_segment, tasks, chunksize=1):
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 64 * 1024 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 256 * 1024 * 1024)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: the default allocator is fine, only slower
+
+
+def _worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int, out: BinaryIO) -> None:
+    _keep_freed_memory()
+    for segment in segments:
+        pickle.dump(scan_segment(scanner, path, segment, stride), out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+
+def _fork_worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int) -> tuple[int, BinaryIO]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: scan, send, and leave without running the parent's cleanup
+        os.close(read_end)
+        code = 0
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                _worker(scanner, path, segments, stride, out)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    return pid, os.fdopen(read_end, "rb")
+
+
+def scan_file_in_parallel(
+    scanner: Scanner,
+    path: Path,
+    size: int,
+    stride: int,
+    workers: int,
+    *,
+    text_parts: Path | None = None,
+    text_done: Callable[[Path], None] | None = None,
+) -> Iterator[ChunkScan]:
+    """ChunkScans of a plain file, in file order, computed by `workers` forked processes.
+
+    Plain os.fork, not multiprocessing: a Celery prefork child is a daemon, which may not have children
+    of multiprocessing's own, and the warm worker should parse as fast as the command line. Worker w scans
+    segments w, w + workers, ...; results come back through a pipe each, read in file order."""
+    bounds = _segment_bounds(path, size, workers)
+    segments = [
+        Segment(a, b, text_parts / f"part-{i}" if text_parts else None) for i, (a, b) in enumerate(bounds)
+    ]
+    workers = min(workers, len(segments))
+    children = [_fork_worker(scanner, path, segments[w::workers], stride) for w in range(workers)]
+    try:
+        for index in range(len(segments)):
+            try:
+                scans: list[ChunkScan] = pickle.load(children[index % workers][1])
+            except EOFError:
+                raise RuntimeError(f"a scan worker stopped before finishing {path.name}") from None
             yield from scans
+            part = segments[index].text
+            if part is not None and text_done is not None:
+                text_done(part)  # written whole before its scans were sent
+    finally:
+        for pid, reader in children:
+            reader.close()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)

@@ -8,9 +8,12 @@ Observations record.
 from __future__ import annotations
 
 import re
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
+from pathlib import Path
 
+from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
@@ -57,8 +60,9 @@ def compiled_rules(extra: ExtraPatterns) -> CompiledRules:
 class Scan:
     """One parse's pass: chunk scans in, Observations out."""
 
-    def __init__(self, rules: CompiledRules, stride: int) -> None:
+    def __init__(self, rules: CompiledRules, stride: int, index: LineIndexWriter | None = None) -> None:
         self.rules = rules
+        self.index = index
         self.stride = stride
         self.next_sample = 0
         self.obs = Observations()
@@ -71,8 +75,12 @@ class Scan:
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
         for chunk in iter_chunks(source):
-            scan = scan_chunk(self.rules.scanner, chunk, self.stride, self.next_sample)
+            scan = scan_chunk(
+                self.rules.scanner, chunk, self.stride, self.next_sample, checkpoints=bool(self.index)
+            )
             self.next_sample = scan.next_sample
+            if self.index is not None:
+                self.index.add_text(chunk)
             yield scan
 
     def feed(self, scan: ChunkScan) -> None:
@@ -143,31 +151,41 @@ class Scan:
         return self.obs
 
 
-def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
+def _scans_of(run: Scan, source: Source, parts: Path | None) -> Iterable[ChunkScan]:
     """A big plain file is scanned by forked workers, segment by segment; anything else here, chunk by chunk."""
     path, size = source.path, source.stored_bytes or 0
     if path is not None and size >= PARALLEL_MIN_BYTES:
         workers = parallel_workers()
         if workers > 1:
-            return scan_file_in_parallel(run.rules.scanner, path, size, run.stride, workers)
+            done = run.index.add_file if run.index is not None else None
+            return scan_file_in_parallel(
+                run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
+            )
     return run.chunks(source)
 
 
 def scan_sources(
-    sources: Sequence[Source], rules: CompiledRules, progress: ProgressCallback | None = None
+    sources: Sequence[Source],
+    rules: CompiledRules,
+    progress: ProgressCallback | None = None,
+    index: LineIndexWriter | None = None,
 ) -> Observations:
+    """One pass over the sources; with `index`, the text copy and line index are written on the way."""
     total: int | None = sum(s.stored_bytes or 0 for s in sources) or None
     if total and any(s.stored_bytes is None for s in sources):
         total = None
-    run = Scan(rules, stride=max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET))
+    run = Scan(rules, max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index)
     done = 0
-    for source in sources:
-        first = run.obs.line_count + 1
-        for scan in _scans_of(run, source):
-            run.feed(scan)
-            if progress is not None:
-                done = min(done + scan.size, total) if total else done + scan.size
-                progress(done, total)
-        lines = run.obs.line_count - first + 1
-        run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
+    with tempfile.TemporaryDirectory(dir=index.text_dir if index else None) as parts:
+        for source in sources:
+            first = run.obs.line_count + 1
+            for scan in _scans_of(run, source, Path(parts) if index else None):
+                if index is not None:
+                    index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)
+                run.feed(scan)
+                if progress is not None:
+                    done = min(done + scan.size, total) if total else done + scan.size
+                    progress(done, total)
+            lines = run.obs.line_count - first + 1
+            run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
     return run.finish()
