@@ -83,24 +83,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listed(problems: list[str], summary: str) -> int:
+    for problem in problems:
+        print(problem)
+    print(summary)
+    return 1 if problems else 0
+
+
 def cmd_kb_lint(args: argparse.Namespace) -> int:
     from dispatchlab.core.signatures.lint import lint_knowledge_base
 
     problems, count = lint_knowledge_base()
-    for problem in problems:
-        print(problem)
-    print(f"{count} signatures, {len(problems)} problems")
-    return 1 if problems else 0
+    return _listed(problems, f"{count} signatures, {len(problems)} problems")
 
 
 def cmd_kb_test(args: argparse.Namespace) -> int:
     from dispatchlab.core.signatures.examples import run_examples
 
     failures, count = run_examples()
-    for failure in failures:
-        print(failure)
-    print(f"{count} examples, {len(failures)} failed")
-    return 1 if failures else 0
+    return _listed(failures, f"{count} examples, {len(failures)} failed")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+from collections.abc import Iterator
 from typing import Any
 
 _OPAQUE = re.compile(r"<[A-Za-z_][\w.]*[ :>]")
@@ -13,46 +14,43 @@ _CALL = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\((?P<body>.*)\)$", re.S)
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 
 
-def split_top_level(body: str) -> list[str]:
-    """Split `k=v, k2=v2` at depth-0 commas, respecting quotes, brackets and `<...>` reprs."""
-    parts: list[str] = []
-    current: list[str] = []
-    depth = 0
+def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
+    """(index, character) of what lies outside quotes and `<...>` reprs: where brackets and commas count."""
     quote: str | None = None
-    i = 0
-    n = len(body)
+    i, n = start, len(text)
     while i < n:
-        c = body[i]
+        c = text[i]
         if quote:
-            current.append(c)
-            if c == "\\" and i + 1 < n:
-                current.append(body[i + 1])
+            if c == "\\":
                 i += 2
                 continue
             if c == quote:
                 quote = None
         elif c in "'\"":
             quote = c
-            current.append(c)
-        elif c in "([{":
+        elif c == "<" and _OPAQUE.match(text, i):
+            end = text.find(">", i)
+            i = n if end < 0 else end + 1
+            continue
+        else:
+            yield i, c
+        i += 1
+
+
+def split_top_level(body: str) -> list[str]:
+    """Split `k=v, k2=v2` at depth-0 commas, respecting quotes, brackets and `<...>` reprs."""
+    parts: list[str] = []
+    depth = 0
+    begin = 0
+    for i, c in _unquoted(body):
+        if c in "([{":
             depth += 1
-            current.append(c)
         elif c in ")]}":
             depth -= 1
-            current.append(c)
-        elif c == "<" and _OPAQUE.match(body, i):
-            j = body.find(">", i)
-            j = n - 1 if j < 0 else j
-            current.append(body[i : j + 1])
-            i = j + 1
-            continue
         elif c == "," and depth <= 0:
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(c)
-        i += 1
-    tail = "".join(current).strip()
+            parts.append(body[begin:i].strip())
+            begin = i + 1
+    tail = body[begin:].strip()
     if tail:
         parts.append(tail)
     return parts
@@ -96,26 +94,13 @@ def parse_kwargs(body: str) -> dict[str, Any]:
 
 def _matching_paren(text: str, start: int) -> int:
     depth = 1
-    quote: str | None = None
-    i = start
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
+    for i, c in _unquoted(text, start):
+        if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
             if depth == 0:
                 return i
-        i += 1
     return -1
 
 

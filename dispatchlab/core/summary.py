@@ -28,104 +28,120 @@ def _rank_span(ranks: list[str]) -> str:
     return f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
 
 
-def render_summary(doc: dict[str, Any]) -> str:
-    out: list[str] = []
+def _head(doc: dict[str, Any]) -> list[str]:
     gpu = doc.get("gpu") or {}
     server = doc.get("server") or "unknown"
     if server == "unknown" and doc.get("engine"):
         server = f"unknown ({doc['engine']})"
-    out.append(f"server   {server} {doc.get('server_version') or ''}".rstrip())
     gpu_text = gpu.get("name") or "?"
     if gpu.get("count"):
         gpu_text = f"{gpu['count']}x {gpu_text}"
-    out.append(f"gpu      {gpu_text}  arch {gpu.get('arch') or '?'}")
-    out.append(f"model    {doc.get('model') or '?'}")
+    out = [
+        f"server   {server} {doc.get('server_version') or ''}".rstrip(),
+        f"gpu      {gpu_text}  arch {gpu.get('arch') or '?'}",
+        f"model    {doc.get('model') or '?'}",
+    ]
     versions = {k: v for k, v in (doc.get("versions") or {}).items() if v}
     if versions:
         out.append("versions " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     out.append(f"outcome  {doc.get('outcome')}   ({doc.get('line_count', 0):,} lines)")
+    return out
 
+
+def _backends(doc: dict[str, Any]) -> list[str]:
     main = doc.get("backends") or {}
     draft = doc.get("draft_backends") or {}
+    if not main and not draft:
+        return []
     origins = doc.get("backend_origins") or {}
     draft_origins = doc.get("draft_backend_origins") or {}
-    if main or draft:
-        out.append("")
-        keys = [k for k in main if k != "speculative_algorithm"] + [
-            k for k in draft if k not in main and k != "speculative_algorithm"
-        ]
-        width = max(len(k) for k in keys) if keys else 10
-        header = f"  {'backend':<{width}}  {'main':<24}"
+    keys = [k for k in main if k != "speculative_algorithm"] + [
+        k for k in draft if k not in main and k != "speculative_algorithm"
+    ]
+    width = max(len(k) for k in keys) if keys else 10
+    header = f"  {'backend':<{width}}  {'main':<24}"
+    if draft:
+        header += f"  draft ({draft.get('speculative_algorithm', 'speculative')})"
+    out = ["", header]
+    for key in keys:
+        m_val = main.get(key, "-")
+        m_src = (origins.get(key) or {}).get("source", "")
+        row = f"  {key:<{width}}  {m_val + (' [' + m_src + ']' if m_src else ''):<24}"
         if draft:
-            header += f"  draft ({draft.get('speculative_algorithm', 'speculative')})"
-        out.append(header)
-        for key in keys:
-            m_val = main.get(key, "-")
-            m_src = (origins.get(key) or {}).get("source", "")
-            row = f"  {key:<{width}}  {m_val + (' [' + m_src + ']' if m_src else ''):<24}"
-            if draft:
-                d_val = draft.get(key, "-")
-                d_src = (draft_origins.get(key) or {}).get("source", "")
-                marker = "  <- differs" if key in main and key in draft and d_val != m_val else ""
-                row += f"  {d_val}{' [' + d_src + ']' if d_src else ''}{marker}"
-            out.append(row)
+            d_val = draft.get(key, "-")
+            d_src = (draft_origins.get(key) or {}).get("source", "")
+            marker = "  <- differs" if key in main and key in draft and d_val != m_val else ""
+            row += f"  {d_val}{' [' + d_src + ']' if d_src else ''}{marker}"
+        out.append(row)
+    return out
 
+
+def _phases(doc: dict[str, Any]) -> list[str]:
     phases = doc.get("phases") or []
-    if phases:
-        out.append("")
-        out.append("  phases")
-        # one row per phase and model: ranks that went through it the same way are folded together
-        rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        for phase in phases:
-            rows.setdefault(
-                (phase["name"], phase.get("model") or "main", phase.get("detail") or ""), []
-            ).append(phase)
-        for (name, model, detail), group in list(rows.items())[:16]:
-            ranks = [p["rank"] for p in group if p.get("rank")]
-            lane = _rank_span(ranks) + (" draft" if model == "draft" else "")
-            seconds = [p["seconds"] for p in group if p.get("seconds") is not None]
-            took = _fmt_seconds(max(seconds)) if seconds else "?"
-            extra = f"  ({detail})" if detail else ""
-            out.append(
-                f"  {lane.strip() or '-':<16} {name:<20} {took:>8}  line {group[0]['start_line']}{extra}"
-            )
+    if not phases:
+        return []
+    out = ["", "  phases"]
+    # one row per phase and model: ranks that went through it the same way are folded together
+    rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for phase in phases:
+        rows.setdefault((phase["name"], phase.get("model") or "main", phase.get("detail") or ""), []).append(
+            phase
+        )
+    for (name, model, detail), group in list(rows.items())[:16]:
+        ranks = [p["rank"] for p in group if p.get("rank")]
+        lane = _rank_span(ranks) + (" draft" if model == "draft" else "")
+        seconds = [p["seconds"] for p in group if p.get("seconds") is not None]
+        took = _fmt_seconds(max(seconds)) if seconds else "?"
+        extra = f"  ({detail})" if detail else ""
+        out.append(f"  {lane.strip() or '-':<16} {name:<20} {took:>8}  line {group[0]['start_line']}{extra}")
+    return out
 
+
+def _crash(doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
     crash = doc.get("crash")
     if crash:
-        out.append("")
         where = crash.get("phase") or "unknown phase"
         if crash.get("model") == "draft":
             where += " of the draft model"
         ranks = crash.get("ranks") or []
-        out.append(
-            f"CRASH    line {crash['line']} in {where}" + (f", ranks {', '.join(ranks[:8])}" if ranks else "")
-        )
-        out.append(f"         {crash.get('exception') or 'fatal'}: {(crash.get('message') or '')[:300]}")
+        out += [
+            "",
+            f"CRASH    line {crash['line']} in {where}"
+            + (f", ranks {', '.join(ranks[:8])}" if ranks else ""),
+            f"         {crash.get('exception') or 'fatal'}: {(crash.get('message') or '')[:300]}",
+        ]
     kernels = doc.get("kernels") or []
     if kernels:
         out.append(f"kernels  {', '.join(kernels[:6])}")
+    return out
 
+
+def _wrapped(text: str, label: str) -> str:
+    return textwrap.fill(
+        " ".join(text.split()), 110, initial_indent=f"         {label}: ", subsequent_indent=" " * 14
+    )
+
+
+def _matches(doc: dict[str, Any]) -> list[str]:
     matches = doc.get("matches")
-    if matches is not None:
-        out.append("")
-        out.append(f"failure class  {doc.get('failure_class')}   fingerprint {doc.get('fingerprint') or '-'}")
-        for match in matches[:5]:
-            out.append(f"  [{match['confidence']:.2f}] {match['id']}: {match['title']}")
-            fix = match.get("fix") or {}
-            if fix.get("summary"):
-                text = " ".join(fix["summary"].split())
-                out.append(
-                    textwrap.fill(text, 110, initial_indent="         fix: ", subsequent_indent=" " * 14)
-                )
-            if fix.get("args"):
-                out.append("         args: " + _arg_patch(fix["args"]))
-            for tried in fix.get("tried_and_failed") or []:
-                text = " ".join(tried.split())
-                out.append(
-                    textwrap.fill(
-                        text, 110, initial_indent="         tried, did not help: ", subsequent_indent=" " * 14
-                    )
-                )
-            if match.get("lines"):
-                out.append("         evidence lines: " + ", ".join(str(n) for n in match["lines"][:8]))
+    if matches is None:
+        return []
+    out = ["", f"failure class  {doc.get('failure_class')}   fingerprint {doc.get('fingerprint') or '-'}"]
+    for match in matches[:5]:
+        out.append(f"  [{match['confidence']:.2f}] {match['id']}: {match['title']}")
+        fix = match.get("fix") or {}
+        if fix.get("summary"):
+            out.append(_wrapped(fix["summary"], "fix"))
+        if fix.get("args"):
+            out.append("         args: " + _arg_patch(fix["args"]))
+        out += [_wrapped(tried, "tried, did not help") for tried in fix.get("tried_and_failed") or []]
+        if match.get("lines"):
+            out.append("         evidence lines: " + ", ".join(str(n) for n in match["lines"][:8]))
+    return out
+
+
+def render_summary(doc: dict[str, Any]) -> str:
+    """The ten-second summary of `dispatchlab parse` / `match`: server, GPU, backends, phases, crash, matches."""
+    out = [*_head(doc), *_backends(doc), *_phases(doc), *_crash(doc), *_matches(doc)]
     return "\n".join(out) + "\n"

@@ -88,9 +88,8 @@ def vllm_rank(proc: str | None, vrank: str | None) -> str | None:
     return proc
 
 
-def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
-    """Strip the known prefixes of one line (already decoded, without newline)."""
-    text = raw
+def _unwrap(text: str) -> tuple[str, str | None]:
+    """Strip wrappers (compose, docker -t, syslog, torchrun, Ray actors): the text and a torchrun rank."""
     rank: str | None = None
     for _ in range(3):
         for wrapper in _WRAPPERS:
@@ -109,78 +108,81 @@ def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
         after = text[actor.end() :]
         if after.startswith("["):
             text = after
+    return text, rank
+
+
+def _sglang(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
     m = _SGL.match(text)
-    if m:
-        ts = m.group("ts").replace(" ", "T")
-        if m.group("ms"):
-            ts += "." + m.group("ms")
-        return Line(
-            number,
-            raw,
-            text[m.end() :],
-            ts,
-            _sglang_rank(m.group("ranks")) or rank,
-            m.group("level"),
-            "sglang",
-            True,
-        )
+    if not m:
+        return None
+    ts = m.group("ts").replace(" ", "T") + ("." + m.group("ms") if m.group("ms") else "")
+    rank = _sglang_rank(m.group("ranks")) or rank
+    return Line(number, raw, text[m.end() :], ts, rank, m.group("level"), "sglang", True)
+
+
+def _vllm(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
     m = _VLLM.match(text)
     if m:
-        year = year_hint or "0000"
-        ts = f"{year}-{m.group('md')}T{m.group('hms')}"
+        ts = f"{year or '0000'}-{m.group('md')}T{m.group('hms')}"
+        rank = vllm_rank(m.group("proc"), m.group("vrank")) or rank
         return Line(
             number,
             raw,
             text[m.end() :],
             ts,
-            vllm_rank(m.group("proc"), m.group("vrank")) or rank,
+            rank,
             LEVELS.get(m.group("level"), m.group("level")),
             "vllm",
             True,
         )
     m = _VLLM_PROC_ONLY.match(text)
-    if m:
-        rest = text[m.end() :]
-        if not VLLM_PROCESSES.match(m.group("proc")):
-            # another framework's Ray actor (SGLangEngine, ...): a bare continuation line of its output
-            return Line(number, raw, _strip_gutter(rest), None, rank, None, "plain", rank is not None)
-        return Line(
-            number, raw, rest, None, vllm_rank(m.group("proc"), m.group("vrank")) or rank, None, "vllm", True
-        )
+    if not m:
+        return None
+    rest = text[m.end() :]
+    if not VLLM_PROCESSES.match(m.group("proc")):
+        # another framework's Ray actor (SGLangEngine, ...): a bare continuation line of its output
+        return Line(number, raw, _strip_gutter(rest), None, rank, None, "plain", rank is not None)
+    return Line(
+        number, raw, rest, None, vllm_rank(m.group("proc"), m.group("vrank")) or rank, None, "vllm", True
+    )
+
+
+def _trtllm(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
     m = _TRTLLM.match(text)
-    if m:
-        ts = None
-        if m.group("ts"):
-            mdy, hms = m.group("ts").split("-", 1)
-            mo, dd, yy = mdy.split("/")
-            ts = f"{yy}-{mo}-{dd}T{hms}"
-        return Line(
-            number,
-            raw,
-            text[m.end() :],
-            ts,
-            f"rank{m.group('rank')}" if m.group("rank") else rank,
-            LEVELS.get(m.group("lvl")),
-            "trtllm",
-            True,
-        )
+    if not m:
+        return None
+    ts = None
+    if m.group("ts"):
+        mdy, hms = m.group("ts").split("-", 1)
+        mo, dd, yy = mdy.split("/")
+        ts = f"{yy}-{mo}-{dd}T{hms}"
+    rank = f"rank{m.group('rank')}" if m.group("rank") else rank
+    return Line(number, raw, text[m.end() :], ts, rank, LEVELS.get(m.group("lvl")), "trtllm", True)
+
+
+def _other(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
     m = _GLOG.match(text)
     if m:  # PyTorch C++ (glog) lines: [E814 11:45:02.123456 ProcessGroupNCCL.cpp:632]
-        ts = f"{year_hint or '0000'}-{m.group('mo')}-{m.group('dd')}T{m.group('hms')}"
+        ts = f"{year or '0000'}-{m.group('mo')}-{m.group('dd')}T{m.group('hms')}"
         return Line(number, raw, text[m.end() :], ts, rank, LEVELS.get(m.group("lvl"), "INFO"), "plain", True)
     m = _NCCL.match(text)
     if m:  # NCCL_DEBUG lines: host:pid:tid [cuda device] NCCL ...
         return Line(number, raw, text[m.end() :], None, rank or f"dev{m.group('dev')}", None, "plain", True)
     m = _PY_LOGGING.match(text) or _PLAIN_LEVEL_TS.match(text)
     if m:
-        return Line(
-            number,
-            raw,
-            text[m.end() :],
-            m.group("ts").replace(" ", "T"),
-            rank,
-            m.group("level"),
-            "plain",
-            True,
-        )
+        ts = m.group("ts").replace(" ", "T")
+        return Line(number, raw, text[m.end() :], ts, rank, m.group("level"), "plain", True)
+    return None
+
+
+_FORMATS = (_sglang, _vllm, _trtllm, _other)
+
+
+def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
+    """Strip the known prefixes of one line (already decoded, without newline)."""
+    text, rank = _unwrap(raw)
+    for parse in _FORMATS:
+        line = parse(number, raw, text, rank, year_hint)
+        if line is not None:
+            return line
     return Line(number, raw, _strip_gutter(text), None, rank, None, "plain", rank is not None)

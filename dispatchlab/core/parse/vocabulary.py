@@ -77,9 +77,12 @@ def without_numbers(text: str, limit: int) -> str:
     return _NUMBERS.sub("#", text)[:limit]
 
 
-def rank_sort_key(rank: str | None) -> tuple[int, str]:
-    """Ranks in the order people count them: by their last number (TP3 before TP12), then by name."""
+def rank_sort_key(rank: str | None) -> tuple[tuple[int, int | str], ...]:
+    """Ranks in the order people count them: number by number (DP0 TP3 before DP0 TP12 before DP1 TP0),
+    no rank first."""
     if not rank:
-        return (-1, "")
-    digits = re.findall(r"\d+", rank)
-    return (int(digits[-1]) if digits else -1, rank)
+        return ()
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(rank) if part)
+
+
+_DIGITS = re.compile(r"(\d+)")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
+from dispatchlab.core.parse.vocabulary import PHASE_ORDER
 from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -37,7 +38,7 @@ FAILURE_CLASSES = (
 )
 SEVERITIES = ("critical", "error", "warning", "info")
 LEVELS = ("failure", "warning")
-PHASES = ("init", "weight_loading", "kv_cache", "cuda_graph_capture", "warmup", "serving")
+PHASES = PHASE_ORDER
 VERSION_KEYS = ("sglang", "vllm", "flashinfer", "torch", "triton", "sgl_kernel", "cuda")
 BACKEND_KEYS = (
     "attention_backend",
@@ -237,8 +238,7 @@ def _conditions(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     return conditions
 
 
-def load_signature(path: Path) -> Signature:
-
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
@@ -246,40 +246,28 @@ def load_signature(path: Path) -> Signature:
     unknown = set(data) - TOP_FIELDS
     if unknown:
         raise SignatureError(path, sorted(unknown)[0], "unknown field")
-    sig_id = _require(data, "id", str, path)
-    if sig_id != path.stem:
-        raise SignatureError(path, "id", f"{sig_id!r} must equal the file name {path.stem!r}")
-    failure_class = _require(data, "failure_class", str, path)
-    if failure_class not in FAILURE_CLASSES or failure_class == "none":
-        raise SignatureError(
-            path, "failure_class", f"{failure_class!r} is not a failure class of the taxonomy"
-        )
-    severity = _require(data, "severity", str, path, "error")
-    if severity not in SEVERITIES:
-        raise SignatureError(path, "severity", f"one of {', '.join(SEVERITIES)}")
-    level = _require(data, "level", str, path, "failure")
-    if level not in LEVELS:
-        raise SignatureError(path, "level", f"one of {', '.join(LEVELS)}")
+    return data
+
+
+def _one_of(data: dict[str, Any], key: str, path: Path, allowed: Any, default: Any = None) -> str:
+    value = _require(data, key, str, path, default)
+    if value not in allowed:
+        raise SignatureError(path, key, f"one of {', '.join(allowed)}")
+    return str(value)
+
+
+def _match_patterns(data: dict[str, Any], path: Path) -> tuple[list[str], list[str], list[str], int]:
     match = _require(data, "match", dict, path)
-    unknown_match = set(match) - {"any", "all", "sequence", "within"}
-    if unknown_match:
-        raise SignatureError(path, f"match.{sorted(unknown_match)[0]}", "unknown field")
-    any_patterns = _patterns(match, "any", path)
-    all_patterns = _patterns(match, "all", path)
-    sequence = _patterns(match, "sequence", path)
-    if not (any_patterns or all_patterns or sequence):
+    unknown = set(match) - {"any", "all", "sequence", "within"}
+    if unknown:
+        raise SignatureError(path, f"match.{sorted(unknown)[0]}", "unknown field")
+    found = _patterns(match, "any", path), _patterns(match, "all", path), _patterns(match, "sequence", path)
+    if not any(found):
         raise SignatureError(path, "match", "needs at least one of any / all / sequence")
-    within = _require(match, "within", int, path, 200)
-    fix = _require(data, "fix", dict, path)
-    fix_summary = _require(fix, "summary", str, path)
-    fix_args = _require(fix, "args", dict, path, {})
-    fix_env = _require(fix, "env", dict, path, {})
-    for name in fix_args:
-        if not str(name).startswith("-"):
-            raise SignatureError(path, f"fix.args.{name}", "flags start with --")
-    unknown_fix = set(fix) - {"summary", "args", "env", "by_server"}
-    if unknown_fix:
-        raise SignatureError(path, f"fix.{sorted(unknown_fix)[0]}", "unknown field")
+    return *found, _require(match, "within", int, path, 200)
+
+
+def _fix_variants(fix: dict[str, Any], summary: str, path: Path) -> dict[str, FixVariant]:
     by_server: dict[str, FixVariant] = {}
     for server, variant in _require(fix, "by_server", dict, path, {}).items():
         where = f"fix.by_server.{server}"
@@ -290,20 +278,39 @@ def load_signature(path: Path) -> Signature:
         args = variant.get("args", {})
         if not isinstance(args, dict) or not all(str(k).startswith("-") for k in args):
             raise SignatureError(path, f"{where}.args", "a table of flags starting with --")
-        by_server[server] = FixVariant(
-            str(variant.get("summary", fix_summary)),
-            dict(args),
-            {k: str(v) for k, v in variant.get("env", {}).items()},
-        )
+        env = {k: str(v) for k, v in variant.get("env", {}).items()}
+        by_server[server] = FixVariant(str(variant.get("summary", summary)), dict(args), env)
+    return by_server
+
+
+def _fix(
+    data: dict[str, Any], path: Path
+) -> tuple[str, dict[str, Any], dict[str, str], dict[str, FixVariant]]:
+    fix = _require(data, "fix", dict, path)
+    unknown = set(fix) - {"summary", "args", "env", "by_server"}
+    if unknown:
+        raise SignatureError(path, f"fix.{sorted(unknown)[0]}", "unknown field")
+    summary = _require(fix, "summary", str, path)
+    args = _require(fix, "args", dict, path, {})
+    for name in args:
+        if not str(name).startswith("-"):
+            raise SignatureError(path, f"fix.args.{name}", "flags start with --")
+    env = {k: str(v) for k, v in _require(fix, "env", dict, path, {}).items()}
+    return summary, dict(args), env, _fix_variants(fix, summary, path)
+
+
+def _tried(data: dict[str, Any], path: Path) -> list[TriedAndFailed]:
     tried: list[TriedAndFailed] = []
     for i, item in enumerate(_require(data, "tried_and_failed", list, path, [])):
-        if (
-            not isinstance(item, dict)
-            or not isinstance(item.get("what"), str)
-            or not isinstance(item.get("why"), str)
+        if not (
+            isinstance(item, dict) and isinstance(item.get("what"), str) and isinstance(item.get("why"), str)
         ):
             raise SignatureError(path, f"tried_and_failed[{i}]", "needs `what` and `why` strings")
         tried.append(TriedAndFailed(item["what"], item["why"]))
+    return tried
+
+
+def _examples(data: dict[str, Any], path: Path) -> list[Example]:
     examples: list[Example] = []
     for i, item in enumerate(_require(data, "example", list, path, [])):
         where = f"example[{i}]"
@@ -319,7 +326,22 @@ def load_signature(path: Path) -> Signature:
         if not isinstance(facts, dict):
             raise SignatureError(path, f"{where}.facts", "must be a table")
         examples.append(Example(expect, log, facts))
-    references = _require(data, "references", list, path, [])
+    return examples
+
+
+def load_signature(path: Path) -> Signature:
+    """One signature file, validated; SignatureError names the file and the field."""
+    data = _read_toml(path)
+    sig_id = _require(data, "id", str, path)
+    if sig_id != path.stem:
+        raise SignatureError(path, "id", f"{sig_id!r} must equal the file name {path.stem!r}")
+    failure_class = _require(data, "failure_class", str, path)
+    if failure_class not in FAILURE_CLASSES or failure_class == "none":
+        raise SignatureError(
+            path, "failure_class", f"{failure_class!r} is not a failure class of the taxonomy"
+        )
+    any_patterns, all_patterns, sequence, within = _match_patterns(data, path)
+    fix_summary, fix_args, fix_env, by_server = _fix(data, path)
     supersedes = _require(data, "supersedes", list, path, [])
     if not all(isinstance(item, str) for item in supersedes):
         raise SignatureError(path, "supersedes", "must be a list of signature ids")
@@ -328,21 +350,21 @@ def load_signature(path: Path) -> Signature:
         path=str(path),
         title=_require(data, "title", str, path),
         failure_class=failure_class,
-        severity=severity,
-        level=level,
+        severity=_one_of(data, "severity", path, SEVERITIES, "error"),
+        level=_one_of(data, "level", path, LEVELS, "failure"),
         explanation=_require(data, "explanation", str, path),
-        references=[str(r) for r in references],
+        references=[str(r) for r in _require(data, "references", list, path, [])],
         any_patterns=any_patterns,
         all_patterns=all_patterns,
         sequence=sequence,
         within=within,
         conditions=_conditions(_require(data, "conditions", dict, path, {}), path),
         fix_summary=fix_summary,
-        fix_args=dict(fix_args),
-        fix_env={k: str(v) for k, v in fix_env.items()},
+        fix_args=fix_args,
+        fix_env=fix_env,
         fix_by_server=by_server,
-        tried_and_failed=tried,
-        examples=examples,
+        tried_and_failed=_tried(data, path),
+        examples=_examples(data, path),
         supersedes=list(supersedes),
     )
 

@@ -88,6 +88,13 @@ ERRORISH = re.compile(
 )
 
 
+def _printed_again(entry: Traceback | ErrorLine, rank: str | None) -> None:
+    """The same failure from another rank (or the same one again): count it, note the rank."""
+    entry.count += 1
+    if rank and rank not in entry.ranks:
+        entry.ranks.append(rank)
+
+
 @dataclass
 class _OpenTraceback:
     tb: Traceback
@@ -249,9 +256,7 @@ class Failures:
         )
         seen = self.seen.get(signature)
         if seen is not None:
-            seen.count += 1
-            if tb.rank and tb.rank not in seen.ranks:
-                seen.ranks.append(tb.rank)
+            _printed_again(seen, tb.rank)
             return
         if tb.rank:
             tb.ranks = [tb.rank]
@@ -276,9 +281,8 @@ class Failures:
             if code in ("0", None):
                 return None
             if code in STOP_EXIT_CODES and self.obs.stop_line is not None:
-                return (
-                    None  # the operator stopped the server (SIGTERM / Ctrl-C): children exit with the signal
-                )
+                # the operator stopped the server (SIGTERM / Ctrl-C): children exit with the signal
+                return None
         if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
             return None
         return kind
@@ -298,9 +302,7 @@ class Failures:
         norm = without_numbers(text, 300)
         entry = obs.errors.get(norm)
         if entry is not None:
-            entry.count += 1
-            if line.rank and line.rank not in entry.ranks:
-                entry.ranks.append(line.rank)
+            _printed_again(entry, line.rank)
             return
         fatal = kind not in _NOT_FATAL_KINDS
         if line.level in ("WARNING", "INFO", "DEBUG") or _NCCL_CHATTER.search(text):
