@@ -56,9 +56,7 @@ class Backends:
             r"^Detected (?:\w+ )?and MXFP4 quantization format for GPT-OSS model, enabling (?P<kernel>[\w ]+?) MOE kernel|"
             r"^GPT-OSS model.*?(?:enabling|using) (?P<kernel2>\w+) MOE kernel"
         ),
-        "moe_fusion": r"^(?P<which>FlashInfer TRTLLM routed MoE|FlashInfer TRTLLM MoE|FlashInfer CuteDSL MoE|Flashinfer MoE A2A) is enabled\.",
         "moe_deferred": r"^FlashInfer TRTLLM MoE deferred finalize is (?:enabled|disabled) \(moe_runner_backend=(?P<backend>\w+), quant_method=(?P<qm>\w+)\)",
-        "moe_triton_cfg": r"^Using (?:MoE kernel config from|default MoE kernel config\.)",
         "kv_set": r"^Setting KV cache dtype to (?P<backend>\w+) for",
         "dsa_set": r"^Set (?:DSA|NSA) backends for (?P<kv>\w+) KV Cache: prefill=(?P<prefill>\w+), decode=(?P<decode>\w+)",
         "quant_detect": _QUANT_DETECT,
@@ -68,7 +66,6 @@ class Backends:
             r"^(?:Preparing DSv4 MXFP4 experts for FlashInfer (?P<arch>SM\d+) CUTLASS|"
             r"Shuffling FP4 expert weights for TRT-LLM MxFP4 kernel|Preparing MXFP4 experts for Marlin backend)"
         ),
-        "lora_backend": r"^Using (?P<backend>\w+) as backend of LoRA kernels",
         "vllm_attn": (
             r"Using (?:AttentionBackendEnum\.)?(?P<backend>[A-Z][A-Z0-9_]+) (?:attention )?backend"
             r"(?: out of potential backends| on V1 engine)?\.?"
