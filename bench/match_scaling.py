@@ -19,9 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import log_from_args
+from dispatchlab.core.parser import _parser_for
 
 from dispatchlab.core.matching import analyze_sources
-from dispatchlab.core.parser import _parser_for
 from dispatchlab.core.reading import open_sources
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
 

@@ -114,8 +114,8 @@ def median(command: list[str], runs: int, env: dict[str, str] | None = None) -> 
 def stages(log: Path) -> dict[str, float]:
     """Seconds per stage of one in-process parse + match (workers as configured)."""
     from dispatchlab.core.matching import diagnose
-    from dispatchlab.core.parse.interpret import interpret
     from dispatchlab.core.parse import scan as scan_module
+    from dispatchlab.core.parse.interpret import interpret
     from dispatchlab.core.parse.scan import ExtraPatterns, compiled_rules, scan_sources
     from dispatchlab.core.reading import open_sources
 

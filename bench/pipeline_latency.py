@@ -4,7 +4,7 @@
     python bench/pipeline_latency.py --stack services     # PostgreSQL + Redis of this machine
     python bench/pipeline_latency.py --runs 9 --mb 10 --json bench/out/pipeline_latency.json
 
-It starts gunicorn and a real Celery worker (`celery -A dispatchlab.config worker`) on a scratch data
+It starts the stack of `dispatchlab.stack` (uvicorn and a real Celery worker) on a scratch data
 folder (and, for --stack services, a scratch PostgreSQL database and Redis queue), warms the worker
 with one upload, then times each run from the start of `POST /api/v1/reports` (multipart, over HTTP)
 until `GET /api/v1/reports/<id>` says done. Every run uploads different bytes (one unique line), so
@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import secrets
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from common import BenchStack
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_OVERHEAD_S = 0.5
@@ -110,120 +108,8 @@ class Run:
     failure_class: str
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Stack:
-    def __init__(self, kind: str, folder: Path, concurrency: int) -> None:
-        self.kind = kind
-        self.folder = folder
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.database: str | None = None
-        self.run_id = secrets.token_hex(4)
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "dispatchlab.config.settings",
-            "DISPATCHLAB_DATA_DIR": str(folder),
-            "DISPATCHLAB_SECRET_KEY": secrets.token_urlsafe(40),
-            "DISPATCHLAB_DEBUG": "false",
-            "DISPATCHLAB_ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "DISPATCHLAB_QUEUE": f"dispatchlab-bench-{self.run_id}",
-            "PYTHONUNBUFFERED": "1",
-        }
-        for name in ("DISPATCHLAB_DATABASE_URL", "DISPATCHLAB_BROKER_URL"):
-            self.env.pop(name, None)
-        if kind == "services":
-            import psycopg
-
-            admin_url = os.environ.get(
-                "DISPATCHLAB_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-            )
-            self.admin_url = admin_url
-            self.database = f"dispatchlab_bench_{self.run_id}"
-            with psycopg.connect(admin_url, autocommit=True) as admin:
-                admin.execute(f'CREATE DATABASE "{self.database}"')
-            self.env["DISPATCHLAB_DATABASE_URL"] = f"{admin_url.rpartition('/')[0]}/{self.database}"
-            self.env["DISPATCHLAB_BROKER_URL"] = os.environ.get(
-                "DISPATCHLAB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"
-            )
-        self._manage("migrate", "-v0")
-        self.token = self._manage(
-            "apitoken", "--user", "bench", "--project", "bench", "--create"
-        ).splitlines()[-1]
-        self.worker_log = folder / "worker.log"
-        self.processes.append(
-            subprocess.Popen(
-                [
-                    *(
-                        sys.executable,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "dispatchlab.config",
-                        "worker",
-                        "--loglevel",
-                        "INFO",
-                    ),
-                    *("--concurrency", str(concurrency), "--without-mingle", "--without-gossip"),
-                    *("--hostname", f"bench-{self.run_id}@%h"),
-                ],
-                cwd=ROOT,
-                env=self.env,
-                stdout=self.worker_log.open("wb"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        port = _free_port()
-        self.base_url = f"http://127.0.0.1:{port}"
-        self.processes.append(
-            subprocess.Popen(
-                [
-                    *(
-                        sys.executable,
-                        "-m",
-                        "gunicorn",
-                        "dispatchlab.config.wsgi",
-                        "--bind",
-                        f"127.0.0.1:{port}",
-                    ),
-                    *("--workers", "2", "--threads", "4", "--timeout", "120"),
-                ],
-                cwd=ROOT,
-                env=self.env,
-                stdout=(folder / "web.log").open("wb"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        self._wait(lambda: b"ready." in self.worker_log.read_bytes(), "worker")
-        self._wait(self._web_up, "gunicorn")
-
-    def _manage(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
-        )
-        if done.returncode:
-            raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stderr}")
-        return done.stdout.strip()
-
-    def _web_up(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.base_url + "/api/schema/", timeout=2):
-                return True
-        except OSError:
-            return False
-
-    def _wait(self, check: Any, what: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return
-            time.sleep(0.1)
-        raise SystemExit(f"the {what} did not start; see {self.folder}")
+class Stack(BenchStack):
+    """The scratch stack (bench/common.py) with the timed upload-to-report round trip."""
 
     def upload_request(self, name: str, content: bytes) -> urllib.request.Request:
         """The multipart request, built before the clock starts: its cost is the client's, not ours."""
@@ -280,32 +166,13 @@ class Stack:
             failure_class=answer["document"]["failure_class"],
         )
 
-    def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-        if self.database:
-            import psycopg
-            import redis
-
-            with psycopg.connect(self.admin_url, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-            client = redis.Redis.from_url(self.env["DISPATCHLAB_BROKER_URL"])
-            for key in client.scan_iter(match=f"*{self.run_id}*"):
-                client.delete(key)
-
 
 # ---------------------------------------------------------------- main
 
 
 def parse_alone(path: Path, runs: int) -> list[float]:
     from dispatchlab.core import analyze_paths
-    from dispatchlab.core.reading import write_line_index
+    from dispatchlab.core.lineindex import write_line_index
 
     analyze_paths([path])  # warm, like the worker after its first report
     times = []

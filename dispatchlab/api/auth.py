@@ -12,7 +12,12 @@ from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
 from dispatchlab.reports.models import ApiToken, Membership, Project, Report
-from dispatchlab.reports.selectors import projects_of, projects_uploadable_by, reports_visible_to
+from dispatchlab.reports.selectors import (
+    project_named,
+    projects_of,
+    projects_uploadable_by,
+    reports_visible_to,
+)
 from dispatchlab.reports.services import TokenRefused, apitoken_verify
 
 
@@ -20,6 +25,11 @@ from dispatchlab.reports.services import TokenRefused, apitoken_verify
 class Caller:
     user: AbstractBaseUser
     token: ApiToken | None  # None for a session
+
+    @property
+    def read_only(self) -> bool:
+        """A read-only token: it may read, never change anything."""
+        return self.token is not None and self.token.read_only
 
     def projects(self) -> QuerySet[Project]:
         if self.token is not None:
@@ -29,7 +39,7 @@ class Caller:
     def upload_projects(self) -> QuerySet[Project]:
         """The projects this caller may upload to (a member's, never a viewer's)."""
         if self.token is not None:
-            if self.token.read_only:
+            if self.read_only:
                 return Project.objects.none()
             return projects_uploadable_by(self.user).filter(id=self.token.project_id)
         return projects_uploadable_by(self.user)
@@ -106,3 +116,35 @@ def authenticate(request: HttpRequest) -> Caller | JsonResponse:
     return error(
         "authentication required: send 'Authorization: Bearer <token>'", 401, WWW_Authenticate="Bearer"
     )
+
+
+def caller_and_report(request: HttpRequest, report_id: int) -> tuple[Caller, Report] | JsonResponse:
+    """The caller and the report it asks for, or the answer: 401 for no caller, 404 for a report that is
+    not among the caller's (another project's report is no different from a missing one)."""
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    report = caller.reports().filter(id=report_id).first()
+    if report is None:
+        return error("no such report", 404)
+    return caller, report
+
+
+def pick_project(
+    caller: Caller, requested: str, *, several: JsonResponse, reader: str, by_id: bool = False
+) -> Project | JsonResponse:
+    """The project a write goes to: the one named (by slug or name, or by id when `by_id`) among the
+    caller's, else 404; unnamed, the one project the caller can write to, else `several` when it can
+    write to more than one, 403 with `reader` when it only reads, 403 when it is in none."""
+    if requested:
+        project = project_named(caller.projects(), requested, by_id=by_id)
+        return project if project is not None else error("no such project", 404)
+    # Unnamed, the project is the one the caller can write to; projects it only reads don't count.
+    choices = list(caller.upload_projects()[:2])
+    if len(choices) == 1:
+        return choices[0]
+    if choices:
+        return several
+    if caller.projects().exists():
+        return error(reader, 403)
+    return error("you are not a member of any project", 403)

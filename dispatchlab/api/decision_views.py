@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
-from dispatchlab.api.auth import Caller, authenticate, error, json_body
-from dispatchlab.api.pagination import paginate
+from dispatchlab.api.auth import Caller, authenticate, error, json_body, pick_project
+from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import operation, route
 from dispatchlab.api.shapes import Error, Invalid
 from dispatchlab.decisions.models import Decision, DecisionEdit, DecisionLink
@@ -37,6 +37,7 @@ from dispatchlab.decisions.serialize import (
 from dispatchlab.decisions.services import DecisionInvalid, decision_create
 from dispatchlab.decisions.services import decision_update as update
 from dispatchlab.reports.models import Project
+from dispatchlab.reports.selectors import project_named
 
 MAX_BODY = 1024 * 1024
 NOT_FOUND = (Error, "No such record, or not in the caller's projects.")
@@ -75,7 +76,7 @@ def _visible(caller: Caller) -> QuerySet[Decision]:
 def _write_refusal(caller: Caller, project: Project) -> JsonResponse | None:
     if caller.can_write(project):
         return None
-    if caller.token is not None and caller.token.read_only:
+    if caller.read_only:
         return error("this token is read-only", 403)
     return error("you may read this project's decision records but not change them (viewer role)", 403)
 
@@ -85,24 +86,29 @@ def _body(request: HttpRequest) -> dict[str, Any] | JsonResponse:
 
 
 def _pick_project(caller: Caller, requested: Any) -> Project | JsonResponse:
-    if requested not in (None, ""):
-        if not isinstance(requested, str):
-            return _invalid("the record is not valid", {"project": ["must be a project's slug"]})
-        project = caller.projects().filter(Q(slug=requested) | Q(name=requested)).first()
-        if project is None:
-            return error("no such project", 404)
-        return project
-    choices = list(caller.upload_projects()[:2])
-    if len(choices) == 1:
-        return choices[0]
-    if len(choices) > 1:
-        return _invalid(
+    if requested is not None and not isinstance(requested, str):
+        return _invalid("the record is not valid", {"project": ["must be a project's slug"]})
+    return pick_project(
+        caller,
+        requested or "",
+        several=_invalid(
             "you are a member of several projects",
             {"project": ["is required: the slug of the record's project"]},
-        )
-    if caller.projects().exists():
-        return error("you may read this project's decision records but not create them", 403)
-    return error("you are not a member of any project", 403)
+        ),
+        reader="you may read this project's decision records but not create them",
+    )
+
+
+def _caller_and_decision(request: HttpRequest, decision_id: int) -> tuple[Caller, Decision] | JsonResponse:
+    """The caller and the record it asks for, or the answer: 401 for no caller, 404 for a record that is
+    not in the caller's projects."""
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    decision = _visible(caller).filter(id=decision_id).first()
+    if decision is None:
+        return error("no such decision record", 404)
+    return caller, decision
 
 
 def _refuse_read_only(body: dict[str, Any], current: dict[str, Any] | None) -> JsonResponse | None:
@@ -120,7 +126,7 @@ def _refuse_read_only(body: dict[str, Any], current: dict[str, Any] | None) -> J
 def _filtered(caller: Caller, query: DecisionListQuery) -> QuerySet[Decision] | JsonResponse:
     found = _visible(caller)
     if query.get("project"):
-        project = caller.projects().filter(Q(slug=query["project"]) | Q(name=query["project"])).first()
+        project = project_named(caller.projects(), query["project"])
         if project is None:
             return error("no such project", 404)
         found = found.filter(project=project)
@@ -165,14 +171,9 @@ def decisions_list(request: HttpRequest, *, query: DecisionListQuery) -> HttpRes
         return JsonResponse(
             DecisionExport(decisions=records, count=len(records), exported=timezone.now().isoformat())
         )
-    page = paginate(request, query, found.order_by("project__slug", "-number"))
+    ordered = found.order_by("project__slug", "-number")
     return JsonResponse(
-        DecisionPage(
-            results=[decision_json(d, request=request) for d in page.items],
-            count=page.count,
-            next=page.next,
-            previous=page.previous,
-        )
+        DecisionPage(**page_answer(request, query, ordered, lambda d: decision_json(d, request=request)))
     )
 
 
@@ -194,7 +195,7 @@ def decisions_create(request: HttpRequest) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
-    if caller.token is not None and caller.token.read_only:
+    if caller.read_only:
         return error("this token is read-only", 403)
     body = _body(request)
     if isinstance(body, JsonResponse):
@@ -227,13 +228,10 @@ decisions = route(decisions_list, decisions_create)
     tags=("decisions",),
 )
 def decision_read(request: HttpRequest, decision_id: int) -> HttpResponse:
-    caller = authenticate(request)
-    if isinstance(caller, JsonResponse):
-        return caller
-    decision = _visible(caller).filter(id=decision_id).first()
-    if decision is None:
-        return error("no such decision record", 404)
-    return JsonResponse(decision_json(decision, request=request))
+    found = _caller_and_decision(request, decision_id)
+    if isinstance(found, JsonResponse):
+        return found
+    return JsonResponse(decision_json(found[1], request=request))
 
 
 @operation(
@@ -255,12 +253,10 @@ def decision_read(request: HttpRequest, decision_id: int) -> HttpResponse:
     tags=("decisions",),
 )
 def decision_update(request: HttpRequest, decision_id: int) -> HttpResponse:
-    caller = authenticate(request)
-    if isinstance(caller, JsonResponse):
-        return caller
-    decision = _visible(caller).filter(id=decision_id).first()
-    if decision is None:
-        return error("no such decision record", 404)
+    found = _caller_and_decision(request, decision_id)
+    if isinstance(found, JsonResponse):
+        return found
+    caller, decision = found
     refusal = _write_refusal(caller, decision.project)
     if refusal is not None:
         return refusal
@@ -296,12 +292,10 @@ decision_detail = route(decision_read, decision_update)
     tags=("decisions",),
 )
 def decision_history(request: HttpRequest, decision_id: int) -> HttpResponse:
-    caller = authenticate(request)
-    if isinstance(caller, JsonResponse):
-        return caller
-    decision = _visible(caller).filter(id=decision_id).first()
-    if decision is None:
-        return error("no such decision record", 404)
+    found = _caller_and_decision(request, decision_id)
+    if isinstance(found, JsonResponse):
+        return found
+    decision = found[1]
     edits = DecisionEdit.objects.filter(decision=decision).select_related("user").order_by("at", "id")
     results = [edit_json(edit) for edit in edits]
     return JsonResponse(

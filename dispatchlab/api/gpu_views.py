@@ -7,8 +7,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
-from dispatchlab.api.auth import authenticate, error, json_body
-from dispatchlab.api.pagination import PageQuery, paginate
+from dispatchlab.api.auth import authenticate, caller_and_report, error, json_body
+from dispatchlab.api.pagination import PageQuery, page_answer
 from dispatchlab.api.schema import operation
 from dispatchlab.api.shapes import Confirm, ConfirmBody, ConfirmCreated, Error, Host, HostPage, Launch
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
@@ -83,15 +83,8 @@ def hosts(request: HttpRequest, *, query: PageQuery) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
-    page = paginate(request, query, GpuHost.objects.order_by("name"), default_limit=100)
-    return JsonResponse(
-        HostPage(
-            results=[host_json(host) for host in page.items],
-            count=page.count,
-            next=page.next,
-            previous=page.previous,
-        )
-    )
+    hosts = GpuHost.objects.order_by("name")
+    return JsonResponse(HostPage(**page_answer(request, query, hosts, host_json, default_limit=100)))
 
 
 def _patch(body: dict[str, Any], key: str) -> dict[str, Any] | None:
@@ -124,12 +117,10 @@ def _patch(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     tags=("gpu",),
 )
 def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
-    caller = authenticate(request)
-    if isinstance(caller, JsonResponse):
-        return caller
-    report = caller.reports().filter(id=report_id).select_related("project").first()
-    if report is None:
-        return error("no such report", 404)
+    found = caller_and_report(request, report_id)
+    if isinstance(found, JsonResponse):
+        return found
+    caller, report = found
     if not caller.can_write(report.project):
         return error("you may read this project's reports but not start runs", 403)
     body = json_body(request, limit=MAX_CONFIRM_BODY)

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
 from dispatchlab.api.auth import authenticate, error
-from dispatchlab.api.pagination import paginate
+from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import operation
 from dispatchlab.api.shapes import Error, Group, GroupListQuery, GroupPage, GroupSummary
 from dispatchlab.api.views import LIST_DEFER, report_summary
@@ -47,14 +47,9 @@ def groups(request: HttpRequest, *, query: GroupListQuery) -> HttpResponse:
         return caller
     filters = {key: value for key, value in query.items() if key not in ("page", "limit")}
     found = groups_filtered(groups_visible_to(caller.user).filter(project__in=caller.projects()), **filters)
-    page = paginate(request, query, found.order_by("-last_seen", "-id"))
+    ordered = found.order_by("-last_seen", "-id")
     return JsonResponse(
-        GroupPage(
-            results=[group_summary(request, group) for group in page.items],
-            count=page.count,
-            next=page.next,
-            previous=page.previous,
-        )
+        GroupPage(**page_answer(request, query, ordered, lambda g: group_summary(request, g)))
     )
 
 

@@ -4,7 +4,7 @@ neighbouring pages (same filters), or null."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar
 from urllib.parse import urlencode
@@ -67,3 +67,21 @@ def paginate(
         next=_page_url(request, page + 1) if start + limit < count else None,
         previous=_page_url(request, min(page - 1, max(1, -(-count // limit)))) if page > 1 else None,
     )
+
+
+def page_answer(
+    request: HttpRequest,
+    query: PageQuery | Any,
+    items: QuerySet[Any] | Sequence[T],
+    serialize: Callable[[Any], Any],
+    *,
+    default_limit: int = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    """The fields every page answer shares: `results` (each item serialized), `count`, `next`, `previous`."""
+    page = paginate(request, query, items, default_limit=default_limit)
+    return {
+        "results": [serialize(item) for item in page.items],
+        "count": page.count,
+        "next": page.next,
+        "previous": page.previous,
+    }

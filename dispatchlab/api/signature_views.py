@@ -8,7 +8,7 @@ from pathlib import Path
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from dispatchlab.api.auth import authenticate, error
-from dispatchlab.api.pagination import paginate
+from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import operation
 from dispatchlab.api.shapes import (
     Error,
@@ -74,15 +74,8 @@ def signatures(request: HttpRequest, *, query: SignatureListQuery) -> HttpRespon
         return caller
     kb = load_knowledge_base()
     found = sorted((s for s in kb.signatures if _matches(s, query)), key=lambda s: s.id)
-    page = paginate(request, query, found)
     return JsonResponse(
-        SignaturePage(
-            results=[signature_summary(signature) for signature in page.items],
-            count=page.count,
-            next=page.next,
-            previous=page.previous,
-            kb_digest=kb.digest,
-        )
+        SignaturePage(**page_answer(request, query, found, signature_summary), kb_digest=kb.digest)
     )
 
 

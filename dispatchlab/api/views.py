@@ -16,14 +16,13 @@ from typing import IO, Any
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.uploadedfile import UploadedFile
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.urls import NoReverseMatch, reverse
 from django.utils.text import slugify
 
-from dispatchlab.api.auth import Caller, authenticate, error, json_body
-from dispatchlab.api.pagination import paginate
+from dispatchlab.api.auth import Caller, authenticate, caller_and_report, error, json_body, pick_project
+from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import openapi_schema, operation, route
 from dispatchlab.api.shapes import (
     Created,
@@ -143,24 +142,13 @@ def _rejected(rejected: UploadRejected) -> JsonResponse:
 
 
 def _pick_project(caller: Caller, requested: str) -> Project | JsonResponse:
-    projects = caller.projects()
-    if requested:
-        match = Q(slug=requested) | Q(name=requested)
-        if requested.isascii() and requested.isdigit() and len(requested) <= 12:
-            match |= Q(id=int(requested))
-        project = projects.filter(match).first()
-        if project is None:
-            return error("no such project", 404)
-        return project
-    # Unnamed, the project is the one the caller can upload to; projects it only reads don't count.
-    choices = list(caller.upload_projects()[:2])
-    if len(choices) == 1:
-        return choices[0]
-    if len(choices) > 1:
-        return error("you are in several projects: send the 'project' field (its slug)", 400)
-    if projects.exists():
-        return error("you may read this project's reports but not upload", 403)
-    return error("you are not a member of any project", 403)
+    return pick_project(
+        caller,
+        requested,
+        several=error("you are in several projects: send the 'project' field (its slug)", 400),
+        reader="you may read this project's reports but not upload",
+        by_id=True,
+    )
 
 
 def _wait_for(report: Report, seconds: float) -> Report:
@@ -197,11 +185,9 @@ def reports_list(request: HttpRequest, *, query: ReportListQuery) -> HttpRespons
     found = reports_filtered(
         caller.reports(), **{k: v for k, v in query.items() if k not in ("page", "limit")}
     )
-    page = paginate(request, query, found.defer(*LIST_DEFER).order_by("-created_at", "-id"))
-    results = [report_summary(request, report) for report in page.items]
-    return JsonResponse(
-        ReportPage(results=results, count=page.count, next=page.next, previous=page.previous, reports=results)
-    )
+    ordered = found.defer(*LIST_DEFER).order_by("-created_at", "-id")
+    page = page_answer(request, query, ordered, lambda report: report_summary(request, report))
+    return JsonResponse(ReportPage(**page, reports=page["results"]))
 
 
 @operation(
@@ -231,7 +217,7 @@ def reports_create(request: HttpRequest) -> HttpResponse:
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
-    if caller.token is not None and caller.token.read_only:
+    if caller.read_only:
         return error("this token is read-only", 403)
     project = _pick_project(caller, request.POST.get("project", "").strip())
     if isinstance(project, JsonResponse):
@@ -268,13 +254,10 @@ reports = route(reports_list, reports_create)
     tags=("reports",),
 )
 def report_detail(request: HttpRequest, report_id: int) -> HttpResponse:
-    caller = authenticate(request)
-    if isinstance(caller, JsonResponse):
-        return caller
-    report = caller.reports().filter(id=report_id).first()
-    if report is None:
-        return error("no such report", 404)
-    return JsonResponse(_detail(request, report))
+    found = caller_and_report(request, report_id)
+    if isinstance(found, JsonResponse):
+        return found
+    return JsonResponse(_detail(request, found[1]))
 
 
 @operation(
@@ -298,12 +281,10 @@ def report_detail(request: HttpRequest, report_id: int) -> HttpResponse:
     tags=("reports",),
 )
 def report_redact(request: HttpRequest, report_id: int) -> HttpResponse:
-    caller = authenticate(request)
-    if isinstance(caller, JsonResponse):
-        return caller
-    report = caller.reports().filter(id=report_id).first()
-    if report is None:
-        return error("no such report", 404)
+    found = caller_and_report(request, report_id)
+    if isinstance(found, JsonResponse):
+        return found
+    caller, report = found
     if not caller.can_write(report.project):
         return error("you may read this project's reports but not redact them", 403)
     body = json_body(request, limit=MAX_REDACT_BODY, what=" (pattern, or first_line and last_line)")

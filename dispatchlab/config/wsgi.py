@@ -1,4 +1,5 @@
-"""WSGI entry point: `gunicorn dispatchlab.config.wsgi`."""
+"""WSGI entry point, for WSGI servers. Do not expose gunicorn's sync workers to clients directly: a
+few slow clients hold them all; production serves `dispatchlab.config.asgi` (deploy/README.md)."""
 
 import os
 

@@ -111,3 +111,39 @@ def weak_arch_hint(msg: str) -> str | None:
     if token.startswith("/"):
         return f"sm_{token.strip('/')[:3]}"
     return normalise_arch(token)
+
+
+# A JIT compile builds for the device it runs on: the target it names is the device's arch (an AOT build
+# names a list of targets, and a cache directory of several archs, `75_80_89_90`, names none).
+_JIT_TARGETS = [
+    # Triton's ptxas call and its refusal: `--gpu-name=sm_120a`, `Value 'sm_121a' is not defined for option 'gpu-name'`
+    re.compile(r"--gpu-name[= ](?P<tok>sm_\d{2,3}[afk]?)\b"),
+    re.compile(r"Value '(?P<tok>sm_\d{2,3}[afk]?)' is not defined for option 'gpu-name'"),
+    # FlashInfer's JIT workspace: ~/.cache/flashinfer/[<version>/]<archs>/{cached_ops,generated}
+    re.compile(
+        r"\.cache/flashinfer/(?:\d+\.\d+[\w.+-]*/)?(?:(?P<n>\d{2,3})[af]?|(?P<gfx>gfx[0-9a-f]{3,4}))/"
+        r"(?:cached_ops|generated)\b"
+    ),
+    # DeepGEMM compiles its kernels for the device at run time
+    re.compile(
+        r"NVCC compilation failed: nvcc fatal\s*: Unsupported gpu architecture '(?P<tok>(?:sm|compute)_\d{2,3}[afk]?)'"
+    ),
+]
+_GENCODE = re.compile(r"(?:-gencode[= ]|--generate-code[= ])arch=compute_(?P<n>\d{2,3})[afk]?\b")
+# build lines of a JIT (FlashInfer, DeepGEMM, torch cpp_extension's ~/.cache/torch_extensions), not of a wheel
+_JIT_BUILD = re.compile(r"cached_ops|\.cache/flashinfer|torch_extensions|deep_gemm|\bjit\b|JIT", re.I)
+
+
+def jit_target_arch(msg: str) -> str | None:
+    """The arch a JIT compile line builds for: the running device's, when the line names exactly one."""
+    for pattern in _JIT_TARGETS:
+        m = pattern.search(msg)
+        if m:
+            groups = m.groupdict()
+            if groups.get("gfx"):
+                return groups["gfx"]
+            return f"sm_{groups['n']}" if groups.get("n") else normalise_arch(groups.get("tok") or "")
+    targets = {m.group("n") for m in _GENCODE.finditer(msg)}
+    if len(targets) == 1 and _JIT_BUILD.search(msg):
+        return f"sm_{targets.pop()}"
+    return None

@@ -41,6 +41,7 @@ class Match:
     references: list[Any]
     evidence: list[Evidence]
     decisions: list[Any] = field(default_factory=list)
+    source: str = "signature"  # "exception": no signature explains the crash, the terminal exception does
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class Match:
             "explanation": self.explanation,
             "references": self.references,
             "evidence": [vars(e).copy() for e in self.evidence],
+            "source": self.source,
         }
 
 

@@ -52,3 +52,23 @@ def defaults_by_field(server: str, version: str | None) -> dict[str, Any]:
         for spec in release_for(server, version).values()
         if spec.get("dest")
     }
+
+
+@lru_cache(maxsize=4)
+def known_flags(server: str) -> frozenset[str]:
+    """Every flag (and alias) any catalogued release of the server accepts; empty when there is no catalog."""
+    names: set[str] = set()
+    for release in catalog(server).values():
+        for flag, spec in release.items():
+            names.add(flag)
+            names.update(spec.get("aliases") or [])
+    return frozenset(names)
+
+
+def flags_for_server(args: dict[str, Any], server: str | None) -> dict[str, Any]:
+    """A fix's launch arguments that the server of the log accepts: an SGLang flag is never offered to a
+    vLLM log (nor the reverse). Unknown server or no catalog: the arguments as they are."""
+    known = known_flags(server) if server in ("sglang", "vllm") else frozenset()
+    if not known:
+        return dict(args)
+    return {flag: value for flag, value in args.items() if flag in known}

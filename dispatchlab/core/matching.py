@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
-from dispatchlab.core.inference import fingerprint, infer_failure_class
+from dispatchlab.core.flags import flags_for_server
+from dispatchlab.core.inference import classify, fingerprint
 from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
 from dispatchlab.core.parse.interpret.crash import crash_from_fatal_line
@@ -21,6 +22,7 @@ from dispatchlab.core.parse.model import ParsedLog, PatternHit
 from dispatchlab.core.parse.vocabulary import VERSION_KEYS
 from dispatchlab.core.reading import Source
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
+from dispatchlab.core.terminal import terminal_match
 from dispatchlab.core.versions import SpecifierSet
 
 Hits = dict[int, list[PatternHit]]
@@ -180,6 +182,11 @@ def line_evidence(sig: Signature, hits: Hits) -> list[PatternHit] | None:
 
 
 # ---------------------------------------------------------------- matching
+# failures first, then known warnings; a wrapper ("the scheduler died", "the engine core failed") only says
+# that something else failed, so it comes last and never decides the class
+_LEVEL_RANK = {"failure": 2.0, "warning": 1.0, "wrapper": 0.0}
+
+
 def crash_window(parsed: ParsedLog) -> tuple[int, int] | None:
     """The crash's lines: its traceback, and the same rank's tracebacks close by."""
     crash = parsed.crash
@@ -214,7 +221,7 @@ def _match(
     captured.update(result.facts)
     fix = Fix(
         summary=variant.summary if variant else sig.fix_summary,
-        args=variant.args if variant else sig.fix_args,
+        args=flags_for_server(variant.args if variant else sig.fix_args, server),
         env=variant.env if variant else sig.fix_env,
         tried_and_failed=[f"{t.what}: {t.why}" for t in sig.tried_and_failed],
     )
@@ -270,7 +277,7 @@ def match_signatures(
         confidence = _confidence(sig, result, lines, at_crash)
         specificity = result.satisfied + len(sig.all_ids) + len(sig.sequence_ids)
         key = (
-            float(sig.level == "failure"),
+            _LEVEL_RANK[sig.level],
             float(at_crash),
             confidence,
             float(specificity),
@@ -283,17 +290,23 @@ def match_signatures(
 
 # ---------------------------------------------------------------- entry points
 def diagnose(parsed: ParsedLog, kb: KnowledgeBase) -> Diagnosis:
+    """The known failures the log matches, and its class: the best failure signature's, else the terminal
+    exception's own (its card then comes first), else `other` for a failure nothing explains, `none`."""
     matches = match_signatures(parsed, parsed.pattern_hits, kb)
     failures = [m for m in matches if m.level == "failure"]
-    inferred = infer_failure_class(parsed)
-    source = "signature" if failures else "inferred"
-    failure_class = failures[0].failure_class if failures else inferred
-    if not failures and inferred == "other":
-        # Something failed and nothing explains it: a known warning in the same log is the best lead
-        # (warnings never make a clean log look failed: inferred would be "none" there).
-        warning = next((m for m in matches if m.level == "warning"), None)
-        if warning is not None:
-            failure_class, source = warning.failure_class, "warning"
+    if failures:
+        failure_class, source = failures[0].failure_class, "signature"
+    else:
+        failure_class, terminal = classify(parsed)
+        source = "inferred"
+        if terminal is not None:
+            matches.insert(0, terminal_match(parsed, terminal))
+        elif failure_class == "other":
+            # Something failed and nothing, not even its own exception, says what: a known warning of the same
+            # log is the best lead (a warning never makes a clean log look failed: the class would be "none").
+            warning = next((m for m in matches if m.level == "warning"), None)
+            if warning is not None:
+                failure_class, source = warning.failure_class, "warning"
     print_ = fingerprint(parsed, failure_class, failures[0].id if failures else None)
     if failures and parsed.crash is None and parsed.outcome == "incomplete":
         _crash_from_signature(parsed, failures[0])

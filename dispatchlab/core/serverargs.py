@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,7 +74,9 @@ def parse_value(text: str) -> Any:
     if not text:
         return None
     try:
-        return _json_safe(ast.literal_eval(text))
+        with warnings.catch_warnings():  # `1and` in a garbled dump: not worth a SyntaxWarning on stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return _json_safe(ast.literal_eval(text))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
     m = _CALL.match(text)

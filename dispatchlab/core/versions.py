@@ -17,7 +17,8 @@ class SpecifierSet:
     def __init__(self, text: str) -> None:
         self.text = text
         self._spec = _PackagingSpecifierSet(text)
-        if not len(self._spec):
+        # `===` compares strings, not versions: no range to hold a log's version against
+        if not len(self._spec) or any(s.operator == "===" for s in self._spec):
             raise InvalidSpecifier(text)
 
     def contains(self, version: str) -> bool | None:

@@ -66,16 +66,10 @@ MAX_LINKS = 100
 FINGERPRINT = re.compile(r"^[0-9a-f]{8,64}$")
 SIGNATURE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,199}$")
 # What the history keeps of each field: the links per kind, so an edit says "links.upstream changed".
-HISTORY_FIELDS = (
-    "title",
-    "status",
-    "context",
-    "decision",
-    "consequences",
-    "alternatives",
-    *(f"links.{kind}" for kind in LINK_KINDS),
-    "revisit_when",
-    "superseded_by",
+HISTORY_FIELDS = tuple(
+    field
+    for name in EDITABLE
+    for field in ([f"links.{kind}" for kind in LINK_KINDS] if name == "links" else [name])
 )
 
 

@@ -5,18 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
+
+from dispatchlab.reports.tasks import RETRY_INFRASTRUCTURE
 
 
-@shared_task(
-    name="decisions.refresh",
-    # Safe to repeat: it rewrites the documents from the records as they are now.
-    acks_late=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=5,
-)
+# Safe to repeat: it rewrites the documents from the records as they are now.
+@shared_task(name="decisions.refresh", acks_late=True, max_retries=5, **RETRY_INFRASTRUCTURE)
 def decision_refresh_task(
     decision_id: int, previous: dict[str, list[Any]] | None = None, check_versions: bool = False
 ) -> int:

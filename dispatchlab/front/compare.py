@@ -10,12 +10,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatchlab.core.parse.vocabulary import PHASE_ORDER
 from dispatchlab.core.signatures import BACKEND_KEYS
 
 # the contract's backend keys, in the core's order (the rest of BACKEND_KEYS are extras)
 BACKEND_ORDER = list(BACKEND_KEYS[:10])
 VERSION_ORDER = ["sglang", "vllm", "torch", "cuda", "driver", "flashinfer", "sgl_kernel", "triton"]
-PHASE_ORDER = ["init", "weight_loading", "kv_cache", "cuda_graph_capture", "warmup", "serving"]
 NO_LINE = 1 << 62
 
 

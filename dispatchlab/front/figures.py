@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import html
-import re
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from typing import Any
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+
+from dispatchlab.core.parse.vocabulary import rank_sort_key
 
 PHASE_LABELS = {
     "init": "init",
@@ -63,11 +64,24 @@ def plot_text(value: Any, *, width: int = HOVER_WIDTH, limit: int = HOVER_CHARS)
     return "<br>".join(html.escape(line, quote=False) for line in lines)
 
 
-def _rank_key(rank: str | None) -> tuple[Any, ...]:
-    if rank is None:
-        return (0,)
-    parts = re.split(r"(\d+)", rank)
-    return (1, *[(0, int(p)) if p.isascii() and p.isdigit() else (1, p) for p in parts if p])
+def figure(traces: list[dict[str, Any]], layout: dict[str, Any], *, meta: dict[str, Any]) -> dict[str, Any]:
+    """A Plotly figure as the pages draw them: on the pages' background, without Plotly's logo, resized
+    with the page; `meta` says what was drawn, for tests and scripts."""
+    return {
+        "data": traces,
+        "layout": {**layout, "plot_bgcolor": "#fbfcfe"},
+        "config": {"displaylogo": False, "responsive": True},
+        "meta": meta,
+    }
+
+
+def hover_nearest() -> dict[str, Any]:
+    """Hovering shows the nearest point's label, left-aligned (the labels hold several lines)."""
+    return {"hovermode": "closest", "hoverlabel": {"align": "left"}}
+
+
+def legend_on_top() -> dict[str, Any]:
+    return {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}}
 
 
 def lane_label(rank: str | None, model: str | None) -> str:
@@ -89,7 +103,7 @@ def _lanes(doc: dict[str, Any]) -> list[str]:
     if crash:
         for rank in _crash_ranks(crash):
             seen.add((rank, crash.get("model") or "main"))
-    ordered = sorted(seen, key=lambda item: (_rank_key(item[0]), item[1] != "main", item[1]))
+    ordered = sorted(seen, key=lambda item: (rank_sort_key(item[0]), item[1] != "main", item[1]))
     return [lane_label(rank, model) for rank, model in ordered]
 
 
@@ -361,14 +375,13 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
         )
 
     height = 130 + 32 * len(lanes)
-    return {
-        "data": traces,
-        "layout": {
+    return figure(
+        traces,
+        {
             "height": height,
             "margin": {"l": 10, "r": 20, "t": 40, "b": 40},
             "barmode": "overlay",
-            "hovermode": "closest",
-            "hoverlabel": {"align": "left"},
+            **hover_nearest(),
             "xaxis": _x_axis(axis, doc) | {"zeroline": False, "showgrid": True},
             "yaxis": {
                 "type": "category",
@@ -377,12 +390,10 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
                 "categoryarray": list(reversed(lanes)),
                 "automargin": True,
             },
-            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
-            "plot_bgcolor": "#fbfcfe",
+            "legend": legend_on_top(),
         },
-        "config": {"displaylogo": False, "responsive": True},
-        "meta": {"x_mode": axis.mode, "lanes": lanes},
-    }
+        meta={"x_mode": axis.mode, "lanes": lanes},
+    )
 
 
 def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -449,9 +460,9 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
     note = f"{plot_text(rank)}" if rank else "all ranks"
     if sampled > 1:
         note += f", 1 in {sampled} of {metrics.get('total')} points"
-    return {
-        "data": traces,
-        "layout": {
+    return figure(
+        traces,
+        {
             "height": 360,
             "margin": {"l": 60, "r": 60, "t": 50, "b": 40},
             "hovermode": "x unified",
@@ -469,12 +480,10 @@ def throughput_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
                 "showgrid": False,
             },
             "yaxis3": {"title": {"text": "requests"}, "rangemode": "tozero", "domain": [0, 0.26]},
-            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
-            "plot_bgcolor": "#fbfcfe",
+            "legend": legend_on_top(),
         },
-        "config": {"displaylogo": False, "responsive": True},
-        "meta": {"x_mode": axis.mode, "rank": rank},
-    }
+        meta={"x_mode": axis.mode, "rank": rank},
+    )
 
 
 @dataclass(frozen=True)

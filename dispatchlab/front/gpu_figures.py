@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dispatchlab.front.figures import plot_text
+from dispatchlab.front.figures import figure, hover_nearest, legend_on_top, plot_text
 from dispatchlab.gpu.selectors import is_allreduce, probe_verdict
 
 WORKS_COLOR = "#1f5fbf"
@@ -137,14 +137,13 @@ def probe_figure(probes: list[dict[str, Any]], *, gpu_name: str | None = None) -
     peak = (
         f"100% = datasheet peak of {plot_text(gpu_name, limit=60)}" if gpu_name else "100% = datasheet peak"
     )
-    return {
-        "data": traces,
-        "layout": {
+    return figure(
+        traces,
+        {
             "height": 340,
             "margin": {"l": 60, "r": 20, "t": 40, "b": 90},
             "barmode": "overlay",
-            "hovermode": "closest",
-            "hoverlabel": {"align": "left"},
+            **hover_nearest(),
             "xaxis": {
                 "type": "category",
                 "categoryorder": "array",
@@ -177,12 +176,10 @@ def probe_figure(probes: list[dict[str, Any]], *, gpu_name: str | None = None) -
                     "font": {"size": 11, "color": PEAK_COLOR},
                 }
             ],
-            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
-            "plot_bgcolor": "#fbfcfe",
+            "legend": legend_on_top(),
         },
-        "config": {"displaylogo": False, "responsive": True},
-        "meta": {"labels": labels},
-    }
+        meta={"labels": labels},
+    )
 
 
 def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -208,8 +205,8 @@ def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any
         if p.get("errors"):
             parts.append(f"{plot_text(p['errors'], limit=80)} errors")
         hovers.append("<br>".join(parts))
-    return {
-        "data": [
+    return figure(
+        [
             {
                 "type": "bar",
                 "name": "output tok/s",
@@ -223,17 +220,15 @@ def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any
                 "marker": {"color": WORKS_COLOR},
             }
         ],
-        "layout": {
+        {
             "height": 280,
             "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
             "xaxis": {"type": "category"},
             "yaxis": {"title": {"text": "output tokens/s"}, "rangemode": "tozero"},
             "showlegend": False,
-            "plot_bgcolor": "#fbfcfe",
         },
-        "config": {"displaylogo": False, "responsive": True},
-        "meta": {"concurrency": [p["concurrency"] for p in points]},
-    }
+        meta={"concurrency": [p["concurrency"] for p in points]},
+    )
 
 
 # ---------------------------------------------------------------- the NCCL all-reduce
@@ -385,13 +380,12 @@ def allreduce_figure(
                 "font": {"size": 11, "color": PEAK_COLOR},
             }
         )
-    return {
-        "data": traces,
-        "layout": {
+    return figure(
+        traces,
+        {
             "height": height,
             "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
-            "hovermode": "closest",
-            "hoverlabel": {"align": "left"},
+            **hover_nearest(),
             "xaxis": {
                 "type": "log",
                 "title": {"text": "message size"},
@@ -404,12 +398,10 @@ def allreduce_figure(
             "shapes": shapes,
             "annotations": annotations,
             "showlegend": tp_bytes is not None,
-            "legend": {"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom", "font": {"size": 11}},
-            "plot_bgcolor": "#fbfcfe",
+            "legend": legend_on_top(),
         },
-        "config": {"displaylogo": False, "responsive": True},
-        "meta": {"bytes": sizes, "busbw_gbps": busbw, "peak_gbps": peak, "model_tp_bytes": tp_bytes},
-    }
+        meta={"bytes": sizes, "busbw_gbps": busbw, "peak_gbps": peak, "model_tp_bytes": tp_bytes},
+    )
 
 
 def size_fraction(point: dict[str, Any], peak: float | None) -> float | None:

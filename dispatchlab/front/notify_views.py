@@ -7,6 +7,7 @@ the endpoints, viewers read them (without the secret or the full URL, which for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +29,7 @@ from dispatchlab.notify.payloads import SUBSCRIBABLE, EndpointKind, EventKind
 from dispatchlab.reports import selectors
 from dispatchlab.reports.models import Project
 
+View = Callable[..., HttpResponse]
 RECENT_DELIVERIES = 50
 EVENT_NAMES: dict[str, str] = {
     EventKind.GROUP_NEW: "new failure group",
@@ -252,31 +254,42 @@ def _back(endpoint: Endpoint) -> HttpResponse:
     return redirect("front:notify_endpoint", endpoint.project.slug, endpoint.pk)
 
 
-@login_required
-@require_POST
-def endpoint_test(request: HttpRequest, project_slug: str, endpoint_id: int) -> HttpResponse:
-    endpoint = _managed_endpoint(request, project_slug, endpoint_id)
-    services.endpoint_send_test(endpoint=endpoint, user=request.user)
-    messages.success(request, "Test event queued: its attempts appear below in a moment.")
-    return _back(endpoint)
+def _endpoint_action(name: str, act: Callable[[Endpoint, Any], bool], done: str) -> View:
+    """A manager's POST on an endpoint: `act(endpoint, user)`, then back to the endpoint's page with
+    `done` when it changed something."""
+
+    @login_required
+    @require_POST
+    def view(request: HttpRequest, project_slug: str, endpoint_id: int) -> HttpResponse:
+        endpoint = _managed_endpoint(request, project_slug, endpoint_id)
+        if act(endpoint, request.user):
+            messages.success(request, done)
+        return _back(endpoint)
+
+    view.__name__ = view.__qualname__ = name
+    return view
 
 
-@login_required
-@require_POST
-def endpoint_pause(request: HttpRequest, project_slug: str, endpoint_id: int) -> HttpResponse:
-    endpoint = _managed_endpoint(request, project_slug, endpoint_id)
-    if services.endpoint_pause(endpoint=endpoint, user=request.user):
-        messages.success(request, "Paused: new events are recorded as skipped until you resume it.")
-    return _back(endpoint)
+def _send_test(endpoint: Endpoint, user: Any) -> bool:
+    services.endpoint_send_test(endpoint=endpoint, user=user)
+    return True  # a test event is queued even while the endpoint is paused
 
 
-@login_required
-@require_POST
-def endpoint_resume(request: HttpRequest, project_slug: str, endpoint_id: int) -> HttpResponse:
-    endpoint = _managed_endpoint(request, project_slug, endpoint_id)
-    if services.endpoint_resume(endpoint=endpoint):
-        messages.success(request, "Resumed: new events are sent again (skipped ones are not re-sent).")
-    return _back(endpoint)
+endpoint_test = _endpoint_action(
+    "endpoint_test",
+    _send_test,
+    "Test event queued: its attempts appear below in a moment.",
+)
+endpoint_pause = _endpoint_action(
+    "endpoint_pause",
+    lambda endpoint, user: services.endpoint_pause(endpoint=endpoint, user=user),
+    "Paused: new events are recorded as skipped until you resume it.",
+)
+endpoint_resume = _endpoint_action(
+    "endpoint_resume",
+    lambda endpoint, user: services.endpoint_resume(endpoint=endpoint),
+    "Resumed: new events are sent again (skipped ones are not re-sent).",
+)
 
 
 @login_required

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kombu.transport import redis as kombu_redis
+
 DEFAULT_BROKER_URL = "filesystem://localhost/"
 FILESYSTEM_TRANSPORT = "dispatchlab.messaging.transport:Transport"
+REDIS_TRANSPORT = "dispatchlab.messaging.broker:RedisTransport"
 
 
 def default_data_dir() -> Path:
@@ -51,7 +54,37 @@ def broker_config(
                 "polling_interval": poll_seconds,
             },
         )
-    if url.startswith(("redis://", "rediss://")) and visibility_timeout:
+    if url.startswith(("redis://", "rediss://")):
         # An unacknowledged (acks_late) message comes back after this long.
-        return BrokerConfig(url=url, transport_options={"visibility_timeout": visibility_timeout})
+        options = {"visibility_timeout": visibility_timeout} if visibility_timeout else {}
+        # rediss:// keeps kombu's own class: kombu turns TLS on from that scheme name.
+        transport = REDIS_TRANSPORT if url.startswith("redis://") else None
+        return BrokerConfig(url=url, transport=transport, transport_options=options)
     return BrokerConfig(url=url)
+
+
+class _RedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel, made closable after Redis went away.
+
+    When Redis drops while a worker holds an unacknowledged message (an acks_late task running, or
+    an ETA/countdown retry waiting), Celery's consumer calls `connection.collect()`, which detaches
+    the transport from its `Connection` (`transport.client = None`), then `connection.close()`. That
+    closes the channel, whose QoS tries to give the held messages back to Redis, so it builds a new
+    connection pool from `self.connection.client.hostname` and kombu 5.7 raises AttributeError on the
+    None. An AttributeError is not a connection error, so the worker exits ("Unrecoverable error").
+    Here the missing client is what it really is, a lost connection: kombu ignores it while closing,
+    and Celery reconnects. The held messages are not lost: Redis keeps each delivered message in
+    its unacked hash until it is acknowledged, and gives it back after the visibility timeout (beat's
+    `reports.requeue_stale` re-sends a stuck report sooner).
+    """
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        if self.connection.client is None:
+            from redis.exceptions import ConnectionError as RedisConnectionError
+
+            raise RedisConnectionError("the connection to Redis was lost and has been closed")
+        return super()._get_pool(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
+
+
+class RedisTransport(kombu_redis.Transport):
+    Channel = _RedisChannel

@@ -5,25 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
+
+from dispatchlab.reports.tasks import REDELIVERED_UNTIL_DONE
 
 # Far above DISPATCHLAB_NOTIFY_MAX_ATTEMPTS: the delivery row counts the attempts and stops retrying;
 # this only bounds a task that keeps meeting a database that is down.
 RETRY_BACKSTOP = 100
 
 
-@shared_task(
-    name="notify.deliver",
-    bind=True,
-    # Safe to repeat: delivery_send claims the row before sending; a second message finds it claimed
-    # or finished.
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=RETRY_BACKSTOP,
-)
+# Safe to repeat: delivery_send claims the row before sending; a second message finds it claimed or
+# finished.
+@shared_task(name="notify.deliver", bind=True, max_retries=RETRY_BACKSTOP, **REDELIVERED_UNTIL_DONE)
 def delivery_send_task(self: Any, delivery_id: int) -> str:
     from dispatchlab.notify.services import DeliveryUnavailable, delivery_send
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Q, QuerySet, TextField
@@ -32,6 +33,19 @@ def reports_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Repor
     if not user.is_authenticated:
         return Report.objects.none()
     return Report.objects.filter(project__memberships__user=user).select_related("project", "group")
+
+
+def _spells_id(text: str) -> bool:
+    """Whether a search text may be a row's id (ASCII digits, short enough for a bigint)."""
+    return text.isascii() and text.isdigit() and len(text) <= 12
+
+
+def project_named(projects: QuerySet[Project], name: str, *, by_id: bool = False) -> Project | None:
+    """The project of `projects` whose slug or name is `name` (or, with `by_id`, whose id it spells)."""
+    match = Q(slug=name) | Q(name=name)
+    if by_id and _spells_id(name):
+        match |= Q(id=int(name))
+    return projects.filter(match).first()
 
 
 def groups_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[FailureGroup]:
@@ -88,37 +102,43 @@ def _text_filter(reports: QuerySet[Report], text: str) -> QuerySet[Report]:
     ):
         query |= Q(**{f"{column}__icontains": text})
     query |= Q(fingerprint__istartswith=text)
-    if text.isascii() and text.isdigit() and len(text) <= 12:
+    if _spells_id(text):
         query |= Q(pk=int(text))
     # the join on files can repeat a report: keep ids in a subquery instead of .distinct() on big rows
     return reports.filter(pk__in=Report.objects.filter(query).values("pk"))
 
 
-def reports_filtered(
-    reports: QuerySet[Report],
-    *,
-    q: str = "",
-    project: str = "",
-    server: str = "",
-    arch: str = "",
-    failure_class: str = "",
-    signature: str = "",
-    backend: str = "",
-    status: str = "",
-) -> QuerySet[Report]:
-    """The reports list's filters (the page's form and GET /api/v1/reports): an empty value is no filter;
-    a value no report has lists nothing. A backend value that backend_filter_problem() refuses must be
-    refused by the caller before (it is read here as given)."""
-    for value, column in (
-        (project, "project__slug"),
-        (server, "server"),
-        (arch, "arch"),
-        (failure_class, "failure_class"),
-        (signature, "top_match_id"),
-        (status, "status"),
-    ):
+# The filters that keep the rows whose column equals the value: filter name -> column.
+REPORT_COLUMNS = {
+    "project": "project__slug",
+    "server": "server",
+    "arch": "arch",
+    "failure_class": "failure_class",
+    "signature": "top_match_id",
+    "status": "status",
+}
+GROUP_COLUMNS = {"project": "project__slug", "failure_class": "failure_class"}
+
+
+def _where_equal(found: QuerySet[Any], columns: dict[str, str], values: dict[str, str]) -> QuerySet[Any]:
+    """Each non-empty value keeps the rows whose column equals it; an empty value is no filter."""
+    unknown = values.keys() - columns.keys()
+    if unknown:
+        raise TypeError(f"no such filter: {', '.join(sorted(unknown))}")
+    for name, value in values.items():
         if value:
-            reports = reports.filter(**{column: value})
+            found = found.filter(**{columns[name]: value})
+    return found
+
+
+def reports_filtered(
+    reports: QuerySet[Report], *, q: str = "", backend: str = "", **equal: str
+) -> QuerySet[Report]:
+    """The reports list's filters (the page's form and GET /api/v1/reports): q, backend and the names of
+    REPORT_COLUMNS. An empty value is no filter; a value no report has lists nothing. A backend value
+    that backend_filter_problem() refuses must be refused by the caller before (it is read here as
+    given)."""
+    reports = _where_equal(reports, REPORT_COLUMNS, equal)
     if backend:
         reports = _backend_filter(reports, backend)
     if q:
@@ -127,18 +147,11 @@ def reports_filtered(
 
 
 def groups_filtered(
-    groups: QuerySet[FailureGroup],
-    *,
-    q: str = "",
-    project: str = "",
-    failure_class: str = "",
-    arch: str = "",
+    groups: QuerySet[FailureGroup], *, q: str = "", arch: str = "", **equal: str
 ) -> QuerySet[FailureGroup]:
-    """The failure groups list's filters (the page's form and GET /api/v1/groups)."""
-    if project:
-        groups = groups.filter(project__slug=project)
-    if failure_class:
-        groups = groups.filter(failure_class=failure_class)
+    """The failure groups list's filters (the page's form and GET /api/v1/groups): q, arch and the names
+    of GROUP_COLUMNS."""
+    groups = _where_equal(groups, GROUP_COLUMNS, equal)
     if arch:
         groups = groups.filter(pk__in=Report.objects.filter(arch=arch).values("group_id"))
     if q:

@@ -379,18 +379,11 @@ def project_quota_check(*, project: Project, adding: int) -> None:
 
 
 def report_create(
-    *,
-    project: Project,
-    user: AbstractBaseUser | None,
-    files: Sequence[File],
-    title: str = "",
-    launch_command: str = "",
+    *, project: Project, user: AbstractBaseUser | None, files: Sequence[File], **text: str
 ) -> Report:
-    """Store an upload and enqueue its analysis; a duplicate (same bytes, same project) returns the
-    existing report."""
-    report, _ = report_submit(
-        project=project, user=user, files=files, title=title, launch_command=launch_command
-    )
+    """report_submit's report alone (`text`: its title, launch_command and CI fields); a duplicate (same
+    bytes, same project) returns the existing report."""
+    report, _ = report_submit(project=project, user=user, files=files, **text)  # type: ignore[arg-type]
     return report
 
 

@@ -7,23 +7,27 @@ from typing import Any
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+# Retried only on infrastructure errors, with jittered exponential backoff: a bad input is a stored
+# failure, not a retry.
+RETRY_INFRASTRUCTURE: dict[str, Any] = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": True,
+    "retry_jitter": True,
+}
+# For a task that is safe to repeat: acknowledged once it ran, so a killed worker's message comes again.
+REDELIVERED_UNTIL_DONE: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    **RETRY_INFRASTRUCTURE,
+}
+
 # A duplicate task finding the report claimed by a live worker looks again this many times, once
 # each stale-claim period; after that the periodic reports.requeue_stale is the safety net.
 BUSY_RECHECKS = 3
 
 
-@shared_task(
-    name="reports.analyze",
-    bind=True,
-    # Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
-    acks_late=True,
-    reject_on_worker_lost=True,
-    # Only infrastructure errors are retried; a bad log is a stored failure, not a retry.
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=5,
-)
+# Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
+@shared_task(name="reports.analyze", bind=True, max_retries=5, **REDELIVERED_UNTIL_DONE)
 def report_analyze_task(self: Any, report_id: int) -> str:
     from django.conf import settings
 

@@ -49,7 +49,8 @@ def _length_refusal(
         return Refusal(400, "Content-Length must be a number of bytes")
     length = int(raw)
     if length > limit:
-        return Refusal(413, f"{what} is {length:,} bytes; the limit for {path} is {limit:,} bytes{hint}")
+        # the upload's own wording is the one `dispatchlab report` and the README show
+        return Refusal(413, f"{what} is {length:,} bytes; the limit is {limit:,} bytes{hint}")
     return None
 
 
@@ -97,7 +98,8 @@ def refusal_for(
         return None
     raw_length = headers.get("content-length", "")
     if raw_length:
-        refused = _length_refusal(path, raw_length, body_limit(path))
+        what = "the upload" if path.rstrip("/") == "/api/v1/reports" else "the request body"
+        refused = _length_refusal(path, raw_length, body_limit(path), what=what)
         if refused is not None:
             return refused
     if path == HOOK_PATH and method.upper() == "POST":  # other methods: the view's 405

@@ -1,5 +1,6 @@
-"""The whole pipeline for real: gunicorn + a Celery worker process on this machine's Redis and
-PostgreSQL, a fresh database per run. Nothing is mocked; tests talk HTTP to the API and SQL to the
+"""The whole pipeline for real: the production-shaped web server (uvicorn) + a Celery worker process on
+this machine's Redis and PostgreSQL, a fresh database per run, started by `dispatchlab.stack` as the
+devserver and the benchmarks start it. Nothing is mocked; tests talk HTTP to the API and SQL to the
 database, as a CI job and an operator would.
 
 A missing Redis or PostgreSQL FAILS these tests (CI must not pass by skipping them); deselect them
@@ -13,10 +14,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
-import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from dispatchlab.stack import (
+    create_database,
+    drop_database,
+    forget_redis_keys,
+    manage,
+    stack_env,
+    start_stack,
+    stop_process,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -57,17 +66,6 @@ def _require_services() -> None:
             "or deselect these tests with -m 'not pipeline'",
             pytrace=False,
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _with_database(url: str, name: str) -> str:
-    base, _, _ = url.rpartition("/")
-    return f"{base}/{name}"
 
 
 def _multipart(fields: dict[str, str], files: list[tuple[str, bytes]]) -> tuple[bytes, str]:
@@ -178,16 +176,7 @@ class Stack:
         client.close()
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return manage(self.env, *args)
 
     def worker_tail(self, lines: int = 40) -> str:
         return "\n".join(self.worker_log.read_text(errors="replace").splitlines()[-lines:])
@@ -197,148 +186,57 @@ class Stack:
 
 
 def _wait_until(check: Any, what: str, timeout: float, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
-    raise RuntimeError(f"{what} did not start within {timeout}s\n{tail}")
+    wait_until(check, what, timeout=timeout, log=log)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+_stop = stop_process
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     _require_services()
-    import psycopg
-    import redis
-
     run_id = secrets.token_hex(4)
     database = f"dispatchlab_pipeline_{run_id}"
-    database_url = _with_database(POSTGRES_URL, database)
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{database}"')
+    database_url = create_database(POSTGRES_URL, database)
     folder = tmp_path_factory.mktemp("pipeline")
     queue = f"dispatchlab-pipeline-{run_id}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "dispatchlab.config.settings",
-        "DISPATCHLAB_DATABASE_URL": database_url,
-        "DISPATCHLAB_BROKER_URL": REDIS_URL,
-        "DISPATCHLAB_QUEUE": queue,
+    env = stack_env(
+        data_dir=folder,
+        database_url=database_url,
+        broker_url=REDIS_URL,
+        queue=queue,
         # GPU jobs of this run wait in queues of their own (gpu-pipeline-<run>.sm_120 ...).
-        "DISPATCHLAB_GPU_QUEUE": f"gpu-pipeline-{run_id}",
-        "DISPATCHLAB_DATA_DIR": str(folder),
-        "DISPATCHLAB_SECRET_KEY": secrets.token_urlsafe(40),
-        "DISPATCHLAB_DEBUG": "false",
-        "DISPATCHLAB_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "DISPATCHLAB_STALE_CLAIM_SECONDS": str(STALE_SECONDS),
-        "PYTHONUNBUFFERED": "1",
-    }
-    processes: list[subprocess.Popen[bytes]] = []
+        DISPATCHLAB_GPU_QUEUE=f"gpu-pipeline-{run_id}",
+        DISPATCHLAB_SECRET_KEY=secrets.token_urlsafe(40),
+        DISPATCHLAB_DEBUG="false",
+        DISPATCHLAB_ALLOWED_HOSTS="127.0.0.1,localhost",
+        DISPATCHLAB_STALE_CLAIM_SECONDS=str(STALE_SECONDS),
+    )
+    running = None
     try:
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-        token = _last_line(env, "apitoken", "--user", "ci", "--project", "pipeline", "--create")
-        secret = _last_line(env, "webhooksecret", "--project", "pipeline")
-
-        worker_log = folder / "worker.log"
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "dispatchlab.config",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                "2",
-                "--hostname",
-                f"pipeline-{run_id}@%h",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=worker_log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # signals go to the worker's main process only
+        manage(env, "migrate", "-v0")
+        token = manage(env, "apitoken", "--user", "ci", "--project", "pipeline", "--create").split()[-1]
+        secret = manage(env, "webhooksecret", "--project", "pipeline").split()[-1]
+        # No beat: tests that kill the worker's children must find only its pool there.
+        running = start_stack(
+            env, beat="none", concurrency=2, worker_hostname=f"pipeline-{run_id}@%h", log_dir=folder
         )
-        processes.append(worker)
-        port = _free_port()
-        web_log = folder / "web.log"
-        web = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "dispatchlab.config.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "2",
-                "--threads",
-                "4",
-                "--timeout",
-                "120",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=web_log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        processes.append(web)
-        _wait_until(lambda: b"ready." in worker_log.read_bytes(), "the Celery worker", 60, worker_log)
-
-        def web_ready() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/schema/", timeout=2):
-                    return True
-            except OSError:
-                return False
-
-        _wait_until(web_ready, "gunicorn", 60, web_log)
         yield Stack(
-            base_url=f"http://127.0.0.1:{port}",
+            base_url=running.base_url,
             token=token,
             webhook_secret=secret,
             database_url=database_url,
             queue=queue,
             env=env,
-            worker=worker,
-            worker_log=worker_log,
-            processes=processes,
+            worker=running.processes["worker"],
+            worker_log=running.logs["worker"],
+            processes=list(running.processes.values()),
         )
     finally:
-        for process in processes:
-            _stop(process)
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        client = redis.Redis.from_url(REDIS_URL)
-        for key in client.scan_iter(match=f"*{run_id}*"):
-            client.delete(key)
-        for key in client.scan_iter(match="_kombu.binding.*"):
-            for member in client.smembers(key):
-                if run_id.encode() in member:
-                    client.srem(key, member)
-
-
-def _last_line(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
-    )
-    return done.stdout.strip().splitlines()[-1]
+        if running is not None:
+            running.close()
+        drop_database(POSTGRES_URL, database)
+        forget_redis_keys(REDIS_URL, run_id)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ HUGE = 1_400_000_000
 HOOK_LIMIT = 8 * 1024 * 1024
 SERVERS = {
     "gunicorn": ["-m", "gunicorn", "dispatchlab.config.wsgi", "--workers", "1", "--timeout", "30"],
-    "uvicorn": ["-m", "uvicorn", "dispatchlab.security.asgi:application", "--lifespan", "off"],
+    "uvicorn": ["-m", "uvicorn", "dispatchlab.config.asgi:application", "--lifespan", "off"],
 }
 
 

@@ -69,10 +69,7 @@ def test_a_body_over_an_endpoints_limit_is_refused_by_its_declared_length(alice,
         HTTP_AUTHORIZATION=f"Bearer {key}",
     )
     assert response.status_code == 413
-    assert (
-        response.json()["error"]
-        == "the request body is 5,000,000 bytes; the limit for /api/v1/reports is 1,000 bytes"
-    )
+    assert response.json()["error"] == "the upload is 5,000,000 bytes; the limit is 1,000 bytes"
 
 
 def test_a_login_form_with_a_large_body_is_refused_before_reading(client):

@@ -21,6 +21,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 import dispatchlab.core
+from dispatchlab.core.lineindex import write_line_index
 from dispatchlab.gpu.models import ConfirmRun
 from dispatchlab.gpu.services import confirm_report_parsed
 from dispatchlab.notify import services
@@ -113,11 +114,14 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def core(monkeypatch: pytest.MonkeyPatch, make_document: Any) -> dict[str, Any]:
     """The core answers with this document (set "fingerprint" to move crashes between groups)."""
     answer: dict[str, Any] = {"document": make_document()}
-    monkeypatch.setattr(
-        dispatchlab.core,
-        "analyze_paths",
-        lambda paths, *, progress=None: json.loads(json.dumps(answer["document"])),
-    )
+
+    def analyze_paths(paths: Any, *, progress: Any = None, line_index: Any = None) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(json.dumps(answer["document"]))
+        if line_index is not None:  # the real parse writes the viewer's copy in the same read
+            document["line_count"] = write_line_index(paths, *line_index)
+        return document
+
+    monkeypatch.setattr(dispatchlab.core, "analyze_paths", analyze_paths)
     return answer
 
 

@@ -11,11 +11,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_VLLM_HEAD = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}"
+_ANSI = re.compile(r"\x1b\[[\d;]*m")
 _WRAPPERS = [
     re.compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "
     re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s"),  # docker logs -t
     re.compile(r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ [^:\[\s]+(?:\[\d+\])?: "),  # syslog
     re.compile(r"^\s*Line \d+: "),
+    # Python logging around a vLLM line: "2025-08-13 04:39:39,318 - __main__ - INFO - INFO 08-13 04:39:39 ..."
+    re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - (?=" + _VLLM_HEAD + ")"),
+    # a tqdm bar the vLLM line was printed after: "...  0%|          | 0/500 [00:00<?, ?it/s]INFO 07-09 ..."
+    re.compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
 ]
 _TORCHRUN = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")
 _RAY = re.compile(r"^\((?P<actor>[A-Za-z]\w*) pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s*")
@@ -25,11 +31,16 @@ _SGL = re.compile(
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<src>[\w./-]+\.py:\d+):\s+)?)?"
 )
 _VLLM = re.compile(
-    r"^(?:\((?P<proc>[^()]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)\)\s+)?"
+    # nested process prefixes ("(Worker pid=1) (Worker_TP1 pid=1) ERROR ..."): the innermost names the rank
+    r"^(?:\([^()]*? pid=\d+(?:,\s*ip=[\d.]+)?\)\s+)*?"
+    r"(?:\((?P<proc>[^()]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s+)?"
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
     r"\[?(?P<src>[^\]\s]+?)(?::(?P<lineno>\d+))?\] ?"
 )
-_VLLM_PROC_ONLY = re.compile(r"^\((?P<proc>[A-Za-z][\w]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)\)\s?")
+_VLLM_PROC_ONLY = re.compile(
+    r"^(?:\([A-Za-z]\w*(?: rank=\d+)? pid=\d+(?:,\s*ip=[\d.]+)?\)\s+)*"
+    r"\((?P<proc>[A-Za-z][\w]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s?"
+)
 _TRTLLM = re.compile(
     r"^(?:\[(?P<ts>\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\] )?\[TRT-LLM\](?: \[RANK (?P<rank>\d+)\])? \[(?P<lvl>[A-Z])\]\s?"
 )
@@ -91,6 +102,8 @@ def vllm_rank(proc: str | None, vrank: str | None) -> str | None:
 def _unwrap(text: str) -> tuple[str, str | None]:
     """Strip wrappers (compose, docker -t, syslog, torchrun, Ray actors): the text and a torchrun rank."""
     rank: str | None = None
+    if "\x1b[" in text:
+        text = _ANSI.sub("", text)  # Ray colours its actor prefixes
     for _ in range(3):
         for wrapper in _WRAPPERS:
             m = wrapper.match(text)

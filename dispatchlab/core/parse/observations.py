@@ -78,6 +78,8 @@ class Observations:
     fatal_lines: list[FatalLine] = field(default_factory=list)
     warnings_count: int = 0
     stop_line: int | None = None  # the operator asked the server to stop here
+    request_error_lines: set[int] = field(default_factory=set)  # one request failed, the server went on
+    served_line: int | None = None  # the first line that shows the server answered a request
     # throughput
     metric_points: list[dict[str, Any]] = field(default_factory=list)
     metric_total: int = 0

@@ -21,6 +21,7 @@ from dispatchlab.core.parse.extract.arguments import Arguments
 from dispatchlab.core.parse.extract.backends import Backends
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
+from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -35,7 +36,7 @@ from dispatchlab.core.parse.vocabulary import (
 from dispatchlab.core.reading import Source, decode_line, iter_chunks
 
 # the order extractors see a line in: arguments first (a dump line is nothing else), failures last
-EXTRACTORS: tuple[type[Extractor], ...] = (Arguments, Environment, Milestones, Backends, Failures)
+EXTRACTORS: tuple[type[Extractor], ...] = (Arguments, Environment, Milestones, Backends, Generated, Failures)
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
@@ -70,7 +71,7 @@ class Scan:
         self.milestones = Milestones(self.obs)
         self.metrics = Metrics(self.obs)
         extractors: list[Extractor] = [Arguments(self.obs), Environment(self.obs), self.milestones]
-        extractors += [Backends(self.obs), self.failures]
+        extractors += [Backends(self.obs), Generated(self.obs), self.failures]
         self.extractors = [(e, frozenset(e.RULES) | e.READS) for e in extractors]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
@@ -108,6 +109,8 @@ class Scan:
     def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
         obs = self.obs
         line = split_line(number, decode_line(raw), obs.year)
+        if not line.prefixed and line.rank is None:
+            line.rank = self.failures.last_process  # a bare line belongs to the process printing around it
         if line.time:
             if line.style == "sglang" and obs.year is None:
                 obs.year = line.time[:4]

@@ -82,7 +82,11 @@ def rank_sort_key(rank: str | None) -> tuple[tuple[int, int | str], ...]:
     no rank first."""
     if not rank:
         return ()
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in _DIGITS.split(rank) if part)
+    return tuple(
+        (0, int(part)) if part.isascii() and part.isdigit() else (1, part)
+        for part in _DIGITS.split(rank)
+        if part
+    )
 
 
-_DIGITS = re.compile(r"(\d+)")
+_DIGITS = re.compile(r"([0-9]+)")

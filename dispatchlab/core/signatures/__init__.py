@@ -37,7 +37,7 @@ FAILURE_CLASSES = (
     "other",
 )
 SEVERITIES = ("critical", "error", "warning", "info")
-LEVELS = ("failure", "warning")
+LEVELS = ("failure", "warning", "wrapper")
 PHASES = PHASE_ORDER
 VERSION_KEYS = ("sglang", "vllm", "flashinfer", "torch", "triton", "sgl_kernel", "cuda")
 BACKEND_KEYS = (

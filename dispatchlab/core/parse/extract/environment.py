@@ -67,6 +67,11 @@ class Environment:
         "gpu_name_mention": (
             r"NVIDIA (?:GeForce |RTX )?(?:RTX PRO \d+|RTX \d{4}|[ABHL]\d{2,3}\w*|GB\d{2,3}|B\d{3}|H\d{2,3}|Tesla \w+)"
         ),
+        # a JIT compile for the running device names its arch (arch.jit_target_arch reads it)
+        "jit_target": (
+            r"--gpu-name[= ]sm_\d|for option 'gpu-name'|\.cache/flashinfer/[\w.+-]*/?\w+/(?:cached_ops|generated)|"
+            r"-gencode[= ]arch=compute_\d|--generate-code[= ]arch=compute_\d|NVCC compilation failed: nvcc fatal"
+        ),
         "sglang_version_line": r"(?:sglang|SGLang)(?: version|==| v)[ :]?(?P<version>\d+\.\d+\.\d+[\w.+-]*)",
         # NCCL_DEBUG=INFO: the transport NCCL chose between two ranks
         "nccl_channel": (
@@ -148,6 +153,10 @@ class Environment:
             obs.gpu_names.setdefault(0, g.group("name").strip())
         if "device_statement" in hits:
             obs.suggest_arch(archmod.arch_from_statement(line.msg), 3)
+        if "jit_target" in hits:
+            # below what torch or the device says of itself, above a kernel's name; with a GPU name
+            # mention (also 2) the first one seen stands
+            obs.suggest_arch(archmod.jit_target_arch(line.msg), 2)
         if "gpu_name_mention" in hits and not obs.gpu_names:
             name = _GPU_NAME.search(line.msg)
             if name:

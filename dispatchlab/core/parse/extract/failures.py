@@ -44,6 +44,7 @@ _WARNING = (
 # error kinds outside tracebacks, most specific first
 _ERROR_KINDS = (
     "cg_failed",
+    "compile_failed",
     "cuda_error",
     "device_assert",
     "nccl_error",
@@ -62,7 +63,30 @@ _ERROR_KINDS = (
     "garbage_output",
 )
 # what a line says without being the failure itself
-_NOT_FATAL_KINDS = {"error", "sigquit", "garbage_output", "init_failed", "vllm_engine_failed", "exception"}
+_NOT_FATAL_KINDS = {
+    "error",
+    "sigquit",
+    "garbage_output",
+    "init_failed",
+    "vllm_engine_failed",
+    "exception",
+    "request_error",
+}
+# A request that failed while the server went on serving: the OpenAI handlers log it, the client gets a 4xx.
+_REQUEST_LOGGER = re.compile(
+    r"\b(?:serving_chat|serving_completion|serving_engine|serving_responses|serving_embedding|serving_tokenization|"
+    r"serving_transcription|chat_utils)\.py:\d+\]"
+)
+_REQUEST_FRAME = re.compile(
+    r"^(?:create_chat_completion|create_completion|_preprocess_chat|_preprocess_completion|generate_request|"
+    r"handle_generate_request|v1_chat_completions|v1_completions|openai_v1_\w+|_handle_batch_request|"
+    r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses)$"
+)
+_REQUEST_TEXT_RULE = (
+    r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
+    r"maximum context length is \d+ tokens|Error in (?:chat|completion) request"
+)
+_REQUEST_TEXT = re.compile(_REQUEST_TEXT_RULE)
 _AFTER_STOP_KINDS = {"killed", "signal", "exit_code", "subproc_crash", "died_init"}
 _ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", "oom"})
 _FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
@@ -102,6 +126,7 @@ class _OpenTraceback:
     ignored: bool = False  # printed under "Exception ignored in": not fatal
     finished: bool = False  # the exception line was seen
     chained_pending: bool = False  # a "During handling..." line followed it
+    request: bool = False  # printed by a request handler: one request failed, not the server
 
 
 class Failures:
@@ -127,7 +152,10 @@ class Failures:
         "init_failed": r"Initialization failed\. (?:Please see the error messages above\.|warmup error: )",
         "watchdog": r"(?:\w+ )?[Ww]atchdog timeout \(self\.watchdog_timeout=|Watchdog caught collective operation timeout",
         "cg_failed": r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (?P<inner>.*)$",
-        "cuda_error": r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|hipError\w+",
+        "cuda_error": (
+            r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|"
+            r"hipError\w+|GPU page fault|VM_L2_PROTECTION_FAULT|NVRM: Xid"
+        ),
         "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
         "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
         "oom": r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase",
@@ -139,6 +167,14 @@ class Failures:
         "warning_line": _WARNING,
         "kernel_name": _KERNEL_NAME,
         "garbage_output": r"!!!!!!!!|\b(?:nan|NaN) (?:logits|values?|in logits)|logits contain (?:nan|NaN|inf)",
+        "request_error": _REQUEST_TEXT_RULE,
+        # a JIT build that failed: the compiler's own words, before any Python traceback
+        "compile_failed": (
+            r"\d+ errors? detected in the compilation of|ptxas (?:fatal|error)\b|nvcc (?:fatal|error)\b|"
+            r"ninja: build stopped|^FAILED: \S+\.(?:o|so)\b|Error building extension|error: command '\S+' failed"
+        ),
+        # an access-log answer other than 200 OK (those are routine): the server is up and answering
+        "http_answer": r"\"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \S+ HTTP/\d(?:\.\d)?\" (?P<status>[13-5]\d\d|2[1-9]\d|20[1-9])\b",
     }
     READS: ClassVar[frozenset[str]] = frozenset()
 
@@ -210,7 +246,8 @@ class Failures:
             self.open.pop(key)
         elif current is not None:
             self._close(key)
-        self.open[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next.pop(key, False))
+        request = bool(_REQUEST_LOGGER.search(line.raw))
+        self.open[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next.pop(key, False), request=request)
 
     def _frame(self, line: Line, key: str | None, g: re.Match[str]) -> None:
         current = self.open.get(key)
@@ -220,6 +257,7 @@ class Failures:
             current = self.open[key] = _OpenTraceback(
                 Traceback(line=line.number, rank=line.rank or key, exception="", message="")
             )
+        current.request = current.request or bool(_REQUEST_LOGGER.search(line.raw))
         if len(current.tb.frames) < MAX_FRAMES:
             current.tb.frames.append(Frame(g.group("file"), int(g.group("line")), g.group("func")))
 
@@ -229,8 +267,10 @@ class Failures:
         if current is None:
             tb = Traceback(line=line.number, rank=line.rank or key, exception=exc, message=text[:MAX_MESSAGE])
             tb.end_line = line.number
-            self.open[key] = _OpenTraceback(tb, finished=True)
+            request = bool(_REQUEST_LOGGER.search(line.raw) or _REQUEST_TEXT.search(text))
+            self.open[key] = _OpenTraceback(tb, finished=True, request=request)
         elif not current.finished:
+            current.request = current.request or bool(_REQUEST_LOGGER.search(line.raw))
             current.tb.exception = exc
             current.tb.message = text[:MAX_MESSAGE]
             current.tb.end_line = line.number
@@ -249,6 +289,9 @@ class Failures:
                 return
             tb.exception = "(traceback cut off)"
         tb.chain = current.chained
+        request = current.request or any(_REQUEST_FRAME.match(f.function) for f in tb.frames)
+        if request:
+            self._request_failed(tb.line)
         signature = (
             tb.exception,
             without_numbers(tb.message, 200),
@@ -265,10 +308,17 @@ class Failures:
             obs.tracebacks.append(tb)
             self.seen[signature] = tb
             detail = f"{tb.exception}: {tb.message[:250]}"
-            obs.timeline.append(Event(tb.line, None, tb.rank, "error", "traceback", detail, None))
+            kind = "warning" if request else "error"
+            obs.timeline.append(Event(tb.line, None, tb.rank, kind, "traceback", detail, None))
         for frame in tb.frames:
             if KERNEL_FUNC.match(frame.function):
                 self._kernel(frame.function)
+
+    def _request_failed(self, line: int) -> None:
+        """One request failed and the server answered it: proof of serving, not a crash."""
+        self.obs.request_error_lines.add(line)
+        if self.obs.served_line is None or line < self.obs.served_line:
+            self.obs.served_line = line
 
     # ---------------------------------------------------------------- error lines
     def _error_kind(self, line: Line, hits: Hits) -> str | None:
@@ -285,14 +335,24 @@ class Failures:
                 return None
         if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
             return None
+        if "request_error" in hits or (kind in ("error", "exception") and _REQUEST_LOGGER.search(line.raw)):
+            return "request_error"
         return kind
 
     def _error_line(self, line: Line, hits: Hits) -> None:
+        if "http_answer" in hits:
+            if self.obs.served_line is None:
+                self.obs.served_line = line.number
+            if hits["http_answer"].group("status").startswith("5"):
+                self.obs.event(line, "warning", "http_error", line.msg[:300])
+            return
         if "stop_request" in hits:
             self.obs.stop_line = self.obs.stop_line or line.number
             self.obs.milestone(line, "stop_requested", line.msg[:300])
             return
         kind = self._error_kind(line, hits)
+        if kind == "request_error":
+            self._request_failed(line.number)
         if kind is not None:
             self._error(line, kind)
 

@@ -77,6 +77,8 @@ def _survived(obs: Observations, candidate: Candidate) -> bool:
         "SystemExit",
     ):
         return True
+    if candidate.line in obs.request_error_lines:
+        return True  # one request failed; the server answered it and went on
     if obs.stop_line is not None and candidate.line > obs.stop_line:
         return True
     if obs.metric_points and obs.metric_points[-1]["line"] > candidate.line:

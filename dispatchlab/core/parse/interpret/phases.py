@@ -94,9 +94,10 @@ def phase_spans(obs: Observations, crash: Crash | None, timeline: list[Event]) -
 def outcome(obs: Observations, crash: Crash | None) -> str:
     if crash is not None:
         return "crashed"
+    answered = obs.first_decode_line is not None or obs.metric_total > 0 or obs.served_line is not None
     if obs.ready_line is not None:
-        return "serving" if obs.first_decode_line or obs.metric_total else "ready"
-    return "serving" if obs.first_decode_line is not None else "incomplete"
+        return "serving" if answered else "ready"
+    return "serving" if answered else "incomplete"
 
 
 def fill_year(doc: ParsedLog, year: str) -> None:

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Q
+from django.core.management.base import BaseCommand, CommandParser
 
 from dispatchlab.decisions.models import Decision
 from dispatchlab.decisions.serialize import decision_json
-from dispatchlab.reports.models import Project
+from dispatchlab.reports.management.options import project_option
 
 
 class Command(BaseCommand):
@@ -23,10 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--output", "-o", default="-", help="file to write (default: standard output)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        wanted = options["project"]
-        project = Project.objects.filter(Q(slug=wanted) | Q(name=wanted)).first()
-        if project is None:
-            raise CommandError(f"no project {wanted!r}")
+        project = project_option(options["project"])
         decisions = (
             Decision.objects.filter(project=project)
             .select_related("project", "author")

@@ -7,18 +7,17 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Q
 
 from dispatchlab.notify.payloads import SUBSCRIBABLE, EndpointKind
 from dispatchlab.notify.services import endpoint_create
-from dispatchlab.reports.models import Project
+from dispatchlab.reports.management.options import add_project_argument, project_option
 
 
 class Command(BaseCommand):
     help = "Add a notification webhook to a project; prints the HMAC secret of X-Dispatchlab-Signature last."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--project", required=True, help="project name or slug")
+        add_project_argument(parser, required=True)
         parser.add_argument("--url", required=True, help="http(s) URL the events are POSTed to")
         parser.add_argument(
             "--kind", choices=[k.value for k in EndpointKind], default=EndpointKind.GENERIC.value
@@ -32,10 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="a label for people, e.g. '#inference-oncall'")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        name = options["project"]
-        project = Project.objects.filter(Q(name=name) | Q(slug=name)).first()
-        if project is None:
-            raise CommandError(f"no project {name!r}")
+        project = project_option(options["project"])
         try:
             endpoint = endpoint_create(
                 project=project,

@@ -19,11 +19,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from dispatchlab.reports.models import ApiToken, Membership, Project
+from dispatchlab.reports.selectors import project_named
 from dispatchlab.reports.services import apitoken_create, apitoken_revoke, membership_ensure, project_create
 
 
 def _find_project(name: str) -> Project | None:
-    return Project.objects.filter(Q(name=name) | Q(slug=name)).order_by("id").first()
+    return project_named(Project.objects.order_by("id"), name)
 
 
 class Command(BaseCommand):

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db.models import Q
+from django.core.management.base import BaseCommand, CommandParser
 
-from dispatchlab.reports.models import Project
+from dispatchlab.reports.management.options import add_project_argument, project_option
 from dispatchlab.reports.services import reports_rematch
 
 
@@ -21,17 +20,12 @@ class Command(BaseCommand):
     help = "Queue done reports (of one project, or all) for another analysis."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--project", help="project name or slug (default: every project)")
+        add_project_argument(parser, required=False, help="project name or slug (default: every project)")
         parser.add_argument("--all", action="store_true", help="every done report, not only outdated ones")
         parser.add_argument("--include-failed", action="store_true", help="also retry reports that failed")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = None
-        if options["project"]:
-            name = options["project"]
-            project = Project.objects.filter(Q(name=name) | Q(slug=name)).first()
-            if project is None:
-                raise CommandError(f"no project {name!r}")
+        project = project_option(options["project"]) if options["project"] else None
         digest = None
         if not options["all"]:
             from dispatchlab.core.signatures import load_knowledge_base

@@ -1,0 +1,192 @@
+"""Generated text: the answers a log shows, judged for garbage, and the proof that the server answered.
+
+Answers show up as pasted response JSON (`"content": "..."` in a chat completion, `{"text": ...}` from
+SGLang's /generate, openai-python reprs), as server log lines that print outputs (SGLang `--log-requests`
+`Finish: obj=..., out={'text': ...}`, vLLM `--enable-log-outputs` `Generated response ...: output: '...'`,
+`Generated text: '...'` of vLLM's offline examples) and as a bare pasted line that is one token repeated.
+Prompts look the same (`"content"` in a request's messages), so a value counts as an answer only when
+the nearest marker around it is a response's (`"choices"`, `"role": "assistant"`, `out=`, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from dispatchlab.core.garbage import detect_garbage
+from dispatchlab.core.parse.extract import Hits
+from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.parse.model import ErrorLine
+from dispatchlab.core.parse.observations import FatalLine, Observations
+from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, without_numbers
+
+# a JSON or Python-repr string value, possibly cut by the end of the pasted line
+_STRING = r"(?:\"(?P<dq>(?:[^\"\\]|\\.)*)\"?|'(?P<sq>(?:[^'\\]|\\.)*)'?)"
+_JSON_VALUE = re.compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
+_KEYWORD_VALUE = re.compile(
+    r"\b(?:ChatCompletionMessage\(content|CompletionChoice\([^()]*?\btext)=" + _STRING
+)
+_LOG_VALUE = re.compile(
+    r"(?:Generated response \S+(?: \(streaming complete\))?: output: |Generated text: |"
+    r"CompletionOutput\(index=\d+, text=|\bout=\{[\"']text[\"']: )" + _STRING
+)
+_RESPONSE_MARK = re.compile(
+    r"[\"'](?:choices|meta_info|finish_reason|delta)[\"']\s*:|[\"']role[\"']\s*:\s*[\"']assistant|"
+    r"[\"']object[\"']\s*:\s*[\"'](?:chat\.completion|text_completion)|\bout=\{|ChatCompletion\(|Completion\("
+)
+_REQUEST_MARK = re.compile(
+    r"\bcurl\s|-d\s+'|--data\b|[\"'](?:messages|prompt|sampling_params|input)[\"']\s*:|"
+    r"[\"']role[\"']\s*:\s*[\"'](?:user|system)|\bobj=\w+\(|requests\.post\(|Received request|prompt: "
+)
+_REPEAT = re.compile(r"(\S{2,16}?)\1{10,}")
+# vocabulary slots no training text contains (Llama 3's reserved specials, Gemma's unused, Qwen's extra):
+# an answer that samples one is decoding random token ids
+_UNTRAINED_TOKEN = re.compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
+# a pretty-printed JSON's `"content": "..."` line belongs to the last document marker within this reach
+_CONTEXT_LINES = 60
+_SHOWN = 80
+
+
+def decode_escapes(text: str) -> str:
+    """JSON and Python-repr escapes decoded tolerantly: unknown ones stay, surrogate pairs join."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1):
+            return chr(int(m.group(1), 16))
+        if m.group(2):
+            return chr(int(m.group(2), 16))
+        ch = m.group(3)
+        return _SIMPLE_ESCAPES.get(ch, ch)
+
+    decoded = _ESCAPE.sub(one, text)
+    return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _value(m: re.Match[str]) -> str:
+    raw = m.group("dq") if m.group("dq") is not None else m.group("sq") or ""
+    return decode_escapes(raw)
+
+
+def _nearest(pattern: re.Pattern[str], text: str, position: int) -> tuple[int, int]:
+    """(last start before `position` or -1, first start after it or len+1) of the pattern in text."""
+    before, after = -1, len(text) + 1
+    for m in pattern.finditer(text):
+        if m.start() < position:
+            before = m.start()
+        elif after > len(text):
+            after = m.start()
+    return before, after
+
+
+def garbage_reason(answer: str) -> str | None:
+    """Why an answer is garbage, or None: the detector's verdict, or an untrained token sampled."""
+    verdict = detect_garbage(answer)
+    if verdict.garbage:
+        return verdict.reason
+    untrained = _UNTRAINED_TOKEN.search(answer)
+    if untrained:
+        return f"the answer contains {untrained.group(0)}, a reserved token no training text holds (random token ids)"
+    return None
+
+
+class Generated:
+    RULES: ClassVar[dict[str, str]] = {
+        "gen_json": r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*[\"']",
+        "gen_keyword": r"ChatCompletionMessage\(content=|CompletionChoice\(",
+        "gen_log": (
+            r"Generated response \S+(?: \(streaming complete\))?: output: |Generated text: |"
+            r"CompletionOutput\(index=\d+, text=|\bout=\{[\"']text[\"']: "
+        ),
+        # one token repeated: the lookahead keeps Hyperscan's prefilter to lines with a 22-character word
+        "gen_repeat": r"(?=(\S{2,16}?)\1{10,})\S{22,}",
+        "gen_doc_mark": (
+            r"[\"'](?:choices|meta_info)[\"']\s*:|[\"']role[\"']\s*:\s*[\"'](?:assistant|user|system)|"
+            r"[\"']object[\"']\s*:\s*[\"'](?:chat\.completion|text_completion)|\bcurl\s|"
+            r"[\"'](?:messages|prompt|sampling_params)[\"']\s*:"
+        ),
+    }
+    READS: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, obs: Observations) -> None:
+        self.obs = obs
+        # the last document marker of a pretty-printed JSON seen: (line, True for a response)
+        self.context: tuple[int, bool] | None = None
+
+    def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
+        answers = self._answers(line, hits)
+        self._note_context(line)
+        if not answers:
+            return False
+        if self.obs.served_line is None:
+            self.obs.served_line = line.number
+        for answer in answers:
+            reason = garbage_reason(answer)
+            if reason:
+                self._garbage(line, answer, reason)
+                break
+        return True  # an answer's words ("CUDA error", "Traceback") are not the server's own
+
+    def _answers(self, line: Line, hits: Hits) -> list[str]:
+        msg = line.msg
+        if "gen_log" in hits:
+            return [_value(m) for m in _LOG_VALUE.finditer(msg)]
+        answers = [_value(m) for m in _KEYWORD_VALUE.finditer(msg)] if "gen_keyword" in hits else []
+        if "gen_json" in hits:
+            answers += [
+                _value(m) for m in _JSON_VALUE.finditer(msg) if self._is_answer(msg, m.start(), line.number)
+            ]
+        if not answers and "gen_repeat" in hits and self._bare_repeat(line):
+            answers.append(msg.strip())
+        return answers
+
+    def _is_answer(self, msg: str, position: int, number: int) -> bool:
+        """A `"text"`/`"content"` value is an answer when the nearest marker around it is a response's."""
+        response_before, response_after = _nearest(_RESPONSE_MARK, msg, position)
+        request_before, request_after = _nearest(_REQUEST_MARK, msg, position)
+        if response_before >= 0 or request_before >= 0:
+            return response_before > request_before
+        if response_after <= len(msg) or request_after <= len(msg):
+            return response_after < request_after
+        if msg.lstrip().startswith("{"):
+            # a one-line document of its own: SGLang's /generate answers `{"text": ...` (cut before meta_info)
+            return msg.lstrip()[1:].lstrip().startswith(('"text"', "'text'"))
+        context = self.context
+        return context is not None and context[1] and number - context[0] <= _CONTEXT_LINES
+
+    def _note_context(self, line: Line) -> None:
+        msg = line.msg
+        response = max((m.start() for m in _RESPONSE_MARK.finditer(msg)), default=-1)
+        request = max((m.start() for m in _REQUEST_MARK.finditer(msg)), default=-1)
+        if response >= 0 or request >= 0:
+            self.context = (line.number, response > request)
+
+    @staticmethod
+    def _bare_repeat(line: Line) -> bool:
+        """A pasted output line (no log prefix) where a token with letters repeats back to back."""
+        if line.prefixed or line.level is not None or line.msg.startswith((" ", "\t")):
+            return False
+        return any(
+            len(set(unit)) > 1 and any(ch.isalpha() for ch in unit)
+            for unit in (m.group(1) for m in _REPEAT.finditer(line.msg))
+        )
+
+    def _garbage(self, line: Line, answer: str, reason: str) -> None:
+        obs = self.obs
+        shown = " ".join(answer.split())
+        shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+        text = f"Garbage output: {reason}: {shown!r}"
+        key = without_numbers(text, 300)
+        entry = obs.errors.get(key)
+        if entry is not None:
+            entry.count += 1
+            if line.rank and line.rank not in entry.ranks:
+                entry.ranks.append(line.rank)
+            return
+        ranks = [line.rank] if line.rank else []
+        obs.errors[key] = ErrorLine(
+            line.number, line.rank, ranks, "garbage_output", text[:MAX_MESSAGE], 1, line.time, False
+        )
+        obs.fatal_lines.append(FatalLine(line.number, line.rank, "garbage_output", text))
+        obs.event(line, "error", "garbage_output", text[:300])
