@@ -128,7 +128,8 @@ def check_fix_flags(signature: Signature) -> list[str]:
         for s in signature.conditions.get("server_in") or ["sglang", "vllm"]
         if s not in signature.fix_by_server
     ]
-    checks = [(servers, signature.fix_args, "fix.args")]
+    # every server has its own variant: the default args serve a log whose server is unknown
+    checks = [(servers or ["sglang", "vllm"], signature.fix_args, "fix.args")]
     checks += [
         ([server], variant.args, f"fix.by_server.{server}.args")
         for server, variant in signature.fix_by_server.items()

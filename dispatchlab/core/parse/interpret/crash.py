@@ -172,6 +172,7 @@ def decide_crash(obs: Observations) -> Crash | None:
         rank=chosen.rank,
         ranks=sorted(ranks, key=rank_sort_key),
         model=model,
+        exception_line=(crash_tb.end_line or chosen.line) if crash_tb is not None else chosen.line,
     )
 
 
@@ -194,4 +195,5 @@ def crash_from_fatal_line(line: int, rank: str | None, text: str, phases: list[P
         ranks=[rank] if rank else [],
         model=None,
         source="signature",
+        exception_line=line,
     )

@@ -1,0 +1,118 @@
+"""Logs no signature explains: the terminal exception is diagnosed, wrappers never lead, a request that
+failed is not a crash, and fixes follow the server of the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dispatchlab.core import analyze_paths
+from dispatchlab.core.flags import known_flags
+
+from .helpers import LOGS
+
+TERMINAL = LOGS.parent / "terminal"
+LONGTAIL = LOGS.parent / "longtail"
+EVERY_LOG = sorted([*TERMINAL.glob("*.log"), *LONGTAIL.glob("*.log"), *LOGS.glob("*.log")])
+
+
+@pytest.mark.parametrize(
+    ("name", "failure_class", "from_exception"),
+    [
+        ("flashinfer_gemm_runner_error.log", "cuda_error", True),  # FlashInfer `Error in function 'run'`
+        ("trtllm_runner_assert_arch.log", "arch_unsupported_kernel", True),  # TRT-LLM assertion naming the arch
+        ("sglang_circular_import.log", "dependency_error", True),  # an import inside sglang itself
+        ("sglang_server_args_rejected.log", "config_error", True),  # ServerArgs validation at startup
+        ("sglang_flashinfer_jit_ninja.log", "compile_error", False),  # nvcc/ninja output before the traceback
+        ("rocm_hip_illegal_access.log", "cuda_error", False),  # HIP errors read like the CUDA ones
+        ("vllm_load_weights_keyerror.log", "weight_loading_error", False),
+    ],
+)
+def test_an_unexplained_crash_is_diagnosed_from_its_terminal_exception(name, failure_class, from_exception):
+    doc = analyze_paths([TERMINAL / name])
+    assert doc["outcome"] == "crashed"
+    assert doc["failure_class"] == failure_class
+    top = doc["matches"][0]
+    assert top["failure_class"] == failure_class
+    assert (top["source"] == "exception") is from_exception
+    if from_exception:
+        assert top["id"] == "terminal-" + failure_class.replace("_", "-")
+        assert doc["crash"]["exception_line"] in top["lines"], "the card's evidence shows the exception line"
+        assert top["fix"]["summary"] and top["explanation"]
+
+
+def test_a_compile_failure_without_a_traceback_still_is_one(tmp_path: Path):
+    log = tmp_path / "jit.log"
+    log.write_text(
+        "[2026-03-02 10:14:11 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=13.52 GB\n"
+        "ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'\n"
+        "ninja: build stopped: subcommand failed.\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == "arch_unsupported_kernel"
+    assert doc["matches"][0]["failure_class"] == "arch_unsupported_kernel"
+
+
+@pytest.mark.parametrize("log", EVERY_LOG, ids=lambda p: p.name)
+def test_the_header_and_the_top_card_name_the_same_class_and_no_wrapper_leads(log: Path):
+    doc = analyze_paths([log])
+    matches = doc["matches"]
+    if doc["failure_class"] != "none" and matches:
+        assert matches[0]["failure_class"] == doc["failure_class"]
+        assert matches[0]["level"] != "wrapper" or len(matches) == 1 and doc["failure_class_source"] == "inferred"
+    for match in matches:
+        assert "--log-level" not in match["fix"]["args"], f"{match['id']} offers a debug log level as the fix"
+        assert not match["fix"]["env"].get("VLLM_LOGGING_LEVEL")
+
+
+def test_a_vllm_log_is_never_offered_an_sglang_flag():
+    vllm_flags = known_flags("vllm")
+    checked = 0
+    for log in EVERY_LOG:
+        doc = analyze_paths([log])
+        if doc["server"] != "vllm":
+            continue
+        checked += 1
+        for match in doc["matches"]:
+            assert set(match["fix"]["args"]) <= vllm_flags, f"{log.name}: {match['id']}: {match['fix']['args']}"
+    assert checked >= 10, "too few vLLM logs to say anything"
+
+
+def test_an_oom_fix_names_the_memory_flag_of_the_logs_server(tmp_path: Path):
+    log = tmp_path / "oom.log"
+    log.write_text(
+        "INFO 09-02 22:10:44 [core.py:69] Initializing a V1 LLM engine (v0.9.2) with config: model='m'\n"
+        "ERROR 09-02 22:12:02 [core.py:586] Traceback (most recent call last):\n"
+        'ERROR 09-02 22:12:02 [core.py:586]   File "/x/vllm/v1/worker/gpu_worker.py", line 12, in determine_something\n'
+        "ERROR 09-02 22:12:02 [core.py:586] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == "oom"
+    text = " ".join(m["fix"]["summary"] for m in doc["matches"])
+    assert "--mem-fraction-static" not in text
+
+
+def test_a_request_that_failed_while_the_server_went_on_is_a_warning_not_a_crash():
+    doc = analyze_paths([TERMINAL / "vllm_request_error_keeps_serving.log"])
+    assert doc["crash"] is None
+    assert doc["outcome"] == "serving"
+    assert doc["failure_class"] == "none"
+    assert [e["kind"] for e in doc["errors"]] == ["request_error"]
+    warnings = [e for e in doc["timeline"] if e["kind"] == "warning" and e["name"] == "traceback"]
+    assert warnings and "Unknown part type" in warnings[0]["detail"]
+
+
+def test_a_crash_after_a_request_error_is_still_a_crash(tmp_path: Path):
+    served = (TERMINAL / "vllm_request_error_keeps_serving.log").read_text()
+    log = tmp_path / "then-died.log"
+    log.write_text(
+        served
+        + "(APIServer pid=1) ERROR 05-21 13:45:01 [core.py:720] EngineCore encountered a fatal error.\n"
+        + "(APIServer pid=1) ERROR 05-21 13:45:01 [core.py:720] Traceback (most recent call last):\n"
+        + '(APIServer pid=1) ERROR 05-21 13:45:01 [core.py:720]   File "/x/vllm/v1/engine/core.py", line 701, in run_engine_core\n'
+        + "(APIServer pid=1) ERROR 05-21 13:45:01 [core.py:720] RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["outcome"] == "crashed"
+    assert doc["failure_class"] == "cuda_error"
