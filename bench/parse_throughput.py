@@ -160,16 +160,24 @@ def main() -> None:
     run_tree(match_command(one_line))  # warm the page cache and the compiled-pattern cache
     startup = statistics.median(run_tree(match_command(one_line)).wall for _ in range(5))
     python = statistics.median(run_tree([PYTHON, "-c", "pass"]).wall for _ in range(5))
-    print(f"patterns: {count} ({len(RULES)} rules + knowledge base), cores: {os.cpu_count()}, median of {args.runs} runs")
-    print(f"start-up: dispatchlab match on a one-line log {startup * 1000:.0f} ms (python -c pass: {python * 1000:.0f} ms)")
+    print(
+        f"patterns: {count} ({len(RULES)} rules + knowledge base), cores: {os.cpu_count()}, median of {args.runs} runs"
+    )
+    print(
+        f"start-up: dispatchlab match on a one-line log {startup * 1000:.0f} ms (python -c pass: {python * 1000:.0f} ms)"
+    )
     print(f"{'log':>10} {'command':<26} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'tree MB':>8}")
     for target in (prefix(log, 100 * 1000 * 1000), log):
         mb = target.stat().st_size / 1e6
         grep = median(grep_command(patterns, target), args.runs, env=GREP_ENV)
         match = median(match_command(target), args.runs)
         for name, run in (("grep -c -E -f (to a file)", grep), ("dispatchlab match --json", match)):
-            print(f"{mb:>8.0f}MB {name:<26} {run.wall:>7.2f} {run.cpu:>7.2f} {mb / run.wall:>7.0f} {run.peak_mb:>8.0f}")
-        print(f"{mb:>8.0f}MB ratio match/grep: {match.wall / grep.wall:.2f}  (grep counted {int(grep.output)} lines)")
+            print(
+                f"{mb:>8.0f}MB {name:<26} {run.wall:>7.2f} {run.cpu:>7.2f} {mb / run.wall:>7.0f} {run.peak_mb:>8.0f}"
+            )
+        print(
+            f"{mb:>8.0f}MB ratio match/grep: {match.wall / grep.wall:.2f}  (grep counted {int(grep.output)} lines)"
+        )
     print(f"where the time goes ({log.stat().st_size / 1e6:,.0f} MB, in-process):")
     for stage, seconds in stages(log).items():
         print(f"  {stage:<58} {seconds:>6.2f} s")

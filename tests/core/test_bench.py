@@ -12,9 +12,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from common import parse_size  # noqa: E402
-from parse_throughput import GREP_ENV, grep_command, to_ere  # noqa: E402
-from treerun import run_tree  # noqa: E402
+from common import parse_size
+from parse_throughput import GREP_ENV, grep_command, to_ere
+from treerun import run_tree
 
 
 def test_the_grep_reference_reads_the_whole_log_and_counts_every_match(tmp_path: Path):

@@ -21,7 +21,11 @@ EVERY_LOG = sorted([*TERMINAL.glob("*.log"), *LONGTAIL.glob("*.log"), *LOGS.glob
     ("name", "failure_class", "from_exception"),
     [
         ("flashinfer_gemm_runner_error.log", "cuda_error", True),  # FlashInfer `Error in function 'run'`
-        ("trtllm_runner_assert_arch.log", "arch_unsupported_kernel", True),  # TRT-LLM assertion naming the arch
+        (
+            "trtllm_runner_assert_arch.log",
+            "arch_unsupported_kernel",
+            True,
+        ),  # TRT-LLM assertion naming the arch
         ("sglang_circular_import.log", "dependency_error", True),  # an import inside sglang itself
         ("sglang_server_args_rejected.log", "config_error", True),  # ServerArgs validation at startup
         ("sglang_flashinfer_jit_ninja.log", "compile_error", False),  # nvcc/ninja output before the traceback
@@ -60,7 +64,9 @@ def test_the_header_and_the_top_card_name_the_same_class_and_no_wrapper_leads(lo
     matches = doc["matches"]
     if doc["failure_class"] != "none" and matches:
         assert matches[0]["failure_class"] == doc["failure_class"]
-        assert matches[0]["level"] != "wrapper" or len(matches) == 1 and doc["failure_class_source"] == "inferred"
+        assert matches[0]["level"] != "wrapper" or (
+            len(matches) == 1 and doc["failure_class_source"] == "inferred"
+        )
     for match in matches:
         assert "--log-level" not in match["fix"]["args"], f"{match['id']} offers a debug log level as the fix"
         assert not match["fix"]["env"].get("VLLM_LOGGING_LEVEL")
@@ -75,7 +81,9 @@ def test_a_vllm_log_is_never_offered_an_sglang_flag():
             continue
         checked += 1
         for match in doc["matches"]:
-            assert set(match["fix"]["args"]) <= vllm_flags, f"{log.name}: {match['id']}: {match['fix']['args']}"
+            assert set(match["fix"]["args"]) <= vllm_flags, (
+                f"{log.name}: {match['id']}: {match['fix']['args']}"
+            )
     assert checked >= 10, "too few vLLM logs to say anything"
 
 
