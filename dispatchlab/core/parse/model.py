@@ -80,7 +80,7 @@ class Crash:
     ranks: list[str]
     model: str | None
     source: str | None = None  # "signature": decided from a known fatal line, not a traceback
-    exception_line: int | None = None  # the line printing the exception type and message (the traceback's last)
+    exception_line: int | None = None  # the line printing the exception's type and message
 
     def to_dict(self) -> dict[str, Any]:
         out = vars(self).copy()
