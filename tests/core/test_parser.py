@@ -452,3 +452,84 @@ def test_nccl_debug_lines_name_the_transport_of_each_rank_pair_once():
     ]
     assert doc["nccl_transports"][2]["via"] == "NET/IB/0/GDRDMA"
     assert doc["versions"]["nccl"] == "2.27.7"
+
+
+@pytest.mark.parametrize(
+    ("raw", "time", "rank", "msg"),
+    [
+        # vLLM before 0.7: no bracket around the source
+        (
+            "INFO 02-08 11:19:09 serving_chat.py:193] Using default chat template",
+            "0000-02-08T11:19:09",
+            None,
+            "Using default chat template",
+        ),
+        (
+            "(APIServer pid=1) INFO 08-23 10:15:02 [api_server.py:1805] vLLM API server version 0.10.1",
+            "0000-08-23T10:15:02",
+            "APIServer",
+            "vLLM API server version 0.10.1",
+        ),
+        (
+            "(EngineCore_DP0 pid=245) ERROR 08-23 10:15:09 [core.py:700] EngineCore failed to start.",
+            "0000-08-23T10:15:09",
+            "EngineCore_DP0",
+            "EngineCore failed to start.",
+        ),
+        # a worker's output relayed by its parent: the innermost process is the rank
+        (
+            "(Worker pid=1360047) (Worker_TP1 pid=1360047) ERROR 03-05 09:56:09 [multiproc_executor.py:880] boom",
+            "0000-03-05T09:56:09",
+            "Worker_TP1",
+            "boom",
+        ),
+        # Ray colours the actor prefix
+        (
+            "\x1b[36m(VllmWorker rank=1 pid=694622)\x1b[0m INFO 08-14 11:33:20 [gpu_model_runner.py:1892] Model loading took 0.57 GiB",
+            "0000-08-14T11:33:20",
+            "VllmWorker rank=1",
+            "Model loading took 0.57 GiB",
+        ),
+        (
+            "(RayWorkerWrapper pid=5155, ip=10.0.0.2) INFO 08-23 10:15:09 [worker.py:12] ready",
+            "0000-08-23T10:15:09",
+            "RayWorkerWrapper",
+            "ready",
+        ),
+        # an application's Python logging around vLLM's own line
+        (
+            "2025-08-13 04:39:39,318 - __main__ - INFO - INFO 08-13 04:39:39 cuda.py:229] Using Flash Attention backend.",
+            "0000-08-13T04:39:39",
+            None,
+            "Using Flash Attention backend.",
+        ),
+        # printed right after a tqdm bar
+        (
+            "Running requests:   0%|          | 0/500 [00:00<?, ?it/s]INFO 07-09 03:51:34 [flashinfer.py:123] Using TRTLLM decode",
+            "0000-07-09T03:51:34",
+            None,
+            "Using TRTLLM decode",
+        ),
+    ],
+    ids=[
+        "no-bracket",
+        "apiserver",
+        "enginecore-dp",
+        "nested-workers",
+        "ray-ansi",
+        "ray-ip",
+        "py-logging",
+        "tqdm",
+    ],
+)
+def test_every_vllm_line_format_gives_its_time_and_rank(raw: str, time: str, rank: str | None, msg: str):
+    line = split_line(1, raw)
+    assert (line.time, line.rank, line.msg, line.style) == (time, rank, msg, "vllm")
+
+
+def test_a_tqdm_bar_or_a_logging_prefix_alone_is_not_taken_for_a_vllm_line():
+    for raw in (
+        "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.1s/it]",
+        "2025-08-13 04:39:39,318 - __main__ - INFO - starting the benchmark",
+    ):
+        assert split_line(1, raw).style == "plain"

@@ -19,7 +19,9 @@ _WRAPPERS = [
     re.compile(r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ [^:\[\s]+(?:\[\d+\])?: "),  # syslog
     re.compile(r"^\s*Line \d+: "),
     # Python logging around a vLLM line: "2025-08-13 04:39:39,318 - __main__ - INFO - INFO 08-13 04:39:39 ..."
-    re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - (?=" + _VLLM_HEAD + ")"),
+    re.compile(
+        r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - (?=" + _VLLM_HEAD + ")"
+    ),
     # a tqdm bar the vLLM line was printed after: "...  0%|          | 0/500 [00:00<?, ?it/s]INFO 07-09 ..."
     re.compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
 ]

@@ -21,7 +21,7 @@ from dispatchlab.core.parse.observations import FatalLine, Observations
 from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, without_numbers
 
 # a JSON or Python-repr string value, possibly cut by the end of the pasted line
-_STRING = r"(?:\"(?P<dq>(?:[^\"\\]|\\.)*)\"?|'(?P<sq>(?:[^'\\]|\\.)*)'?)"
+_STRING = r"(?:\"(?P<dq>[^\"\\]*(?:\\.[^\"\\]*)*)\"?|'(?P<sq>[^'\\]*(?:\\.[^'\\]*)*)'?)"
 _JSON_VALUE = re.compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
 _KEYWORD_VALUE = re.compile(
     r"\b(?:ChatCompletionMessage\(content|CompletionChoice\([^()]*?\btext)=" + _STRING
@@ -43,14 +43,19 @@ _REPEAT = re.compile(r"(\S{2,16}?)\1{10,}")
 # an answer that samples one is decoding random token ids
 _UNTRAINED_TOKEN = re.compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
-_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "0": "\0"}
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 # a pretty-printed JSON's `"content": "..."` line belongs to the last document marker within this reach
 _CONTEXT_LINES = 60
 _SHOWN = 80
+# judging one answer takes milliseconds and a `--log-requests` log prints one per request: judge the first
+# ones, then a sample (a broken kernel garbles every answer, so the sample still finds it)
+_JUDGED_ALL = 20
+_JUDGED_EVERY = 1000
+_JUDGED_CHARS = 4000  # a long answer is judged on its head and tail, where collapse and loops show
 
 
 def decode_escapes(text: str) -> str:
-    """JSON and Python-repr escapes decoded tolerantly: unknown ones stay, surrogate pairs join."""
+    """JSON and Python-repr escapes decoded tolerantly: an unknown one keeps its character, surrogate pairs join."""
 
     def one(m: re.Match[str]) -> str:
         if m.group(1):
@@ -82,6 +87,8 @@ def _nearest(pattern: re.Pattern[str], text: str, position: int) -> tuple[int, i
 
 def garbage_reason(answer: str) -> str | None:
     """Why an answer is garbage, or None: the detector's verdict, or an untrained token sampled."""
+    if len(answer) > _JUDGED_CHARS:
+        answer = answer[: _JUDGED_CHARS // 2] + "\n" + answer[-_JUDGED_CHARS // 2 :]
     verdict = detect_garbage(answer)
     if verdict.garbage:
         return verdict.reason
@@ -99,10 +106,13 @@ class Generated:
             r"Generated response \S+(?: \(streaming complete\))?: output: |Generated text: |"
             r"CompletionOutput\(index=\d+, text=|\bout=\{[\"']text[\"']: "
         ),
-        # one token repeated: the lookahead keeps Hyperscan's prefilter to lines with a 22-character word
-        "gen_repeat": r"(?=(\S{2,16}?)\1{10,})\S{22,}",
+        # one token repeated 11 times makes a word of 22 characters or more: a cheap gate for Hyperscan and
+        # Python alike; the backreference (`_REPEAT`) runs in handle, on bare lines only. As a rule it would
+        # be slow twice: Hyperscan's prefilter widens it to any line, and Python's search tries every unit
+        # length at every character of every long word (1 ms on a 2 KB path).
+        "gen_repeat": r"\S{22,}",
         "gen_doc_mark": (
-            r"[\"'](?:choices|meta_info)[\"']\s*:|[\"']role[\"']\s*:\s*[\"'](?:assistant|user|system)|"
+            r"[\"']choices[\"']\s*:|[\"']role[\"']\s*:\s*[\"'](?:assistant|user|system)|"
             r"[\"']object[\"']\s*:\s*[\"'](?:chat\.completion|text_completion)|\bcurl\s|"
             r"[\"'](?:messages|prompt|sampling_params)[\"']\s*:"
         ),
@@ -113,19 +123,23 @@ class Generated:
         self.obs = obs
         # the last document marker of a pretty-printed JSON seen: (line, True for a response)
         self.context: tuple[int, bool] | None = None
+        self.answers = 0  # lines with answers seen
 
     def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
         answers = self._answers(line, hits)
-        self._note_context(line)
+        if "gen_doc_mark" in hits and "gen_log" not in hits:
+            self._note_context(line)  # where a pretty-printed document's later lines belong
         if not answers:
             return False
         if self.obs.served_line is None:
             self.obs.served_line = line.number
-        for answer in answers:
-            reason = garbage_reason(answer)
-            if reason:
-                self._garbage(line, answer, reason)
-                break
+        self.answers += 1
+        if self.answers <= _JUDGED_ALL or self.answers % _JUDGED_EVERY == 0:
+            for answer in answers:
+                reason = garbage_reason(answer)
+                if reason:
+                    self._garbage(line, answer, reason)
+                    break
         return True  # an answer's words ("CUDA error", "Traceback") are not the server's own
 
     def _answers(self, line: Line, hits: Hits) -> list[str]:
