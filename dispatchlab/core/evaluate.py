@@ -49,7 +49,7 @@ def _run_case(log: Path, label: dict[str, Any], kb: KnowledgeBase) -> dict[str, 
         doc = analyze_sources(open_sources([log]), kb=kb)
         predicted = doc["failure_class"]
         facts = {
-            "server": doc["server"] if doc["server"] != "unknown" else doc.get("engine"),
+            "server": doc["server"] if doc["server"] != "unknown" else (doc.get("engine") or "unknown"),
             "arch": doc["gpu"]["arch"],
             "outcome": doc["outcome"],
         }

@@ -10,10 +10,27 @@ from dispatchlab.core.parse.model import Gpu, Traceback
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.serverargs import canonical_sglang_flag
 
+_MODULE_MENTION = {
+    "sglang": re.compile(r"\bsglang[./](?:srt|launch_server)|\bsglang\.launch_server\b"),
+    "vllm": re.compile(r"\bvllm[./](?:entrypoints|engine|v1|model_executor|worker|config)"),
+    "tensorrt_llm": re.compile(r"\btensorrt_llm\b|\[TensorRT-LLM\]"),
+}
+
 
 def _engine_from_frames(tracebacks: list[Traceback]) -> str:
     for engine in ("sglang", "vllm", "tensorrt_llm"):
         if any(engine in f.file for tb in tracebacks for f in tb.frames):
+            return engine
+    return ""
+
+
+def _engine_from_mentions(obs: Observations) -> str:
+    """An excerpt without prefixes or frames may still name the server's modules in its messages."""
+    texts = [tb.message for tb in obs.tracebacks] + [e.text for e in obs.errors.values()]
+    texts += [e.detail for e in obs.timeline]
+    joined = "\n".join(texts)
+    for engine, pattern in _MODULE_MENTION.items():
+        if pattern.search(joined):
             return engine
     return ""
 
@@ -23,7 +40,7 @@ def decide_engine(obs: Observations) -> str | None:
     votes = obs.server_votes
     best = max(votes, key=lambda k: votes[k])
     if votes[best] == 0:
-        best = _engine_from_frames(obs.tracebacks)
+        best = _engine_from_frames(obs.tracebacks) or _engine_from_mentions(obs)
     if not best:
         best = "sglang" if obs.versions.get("sglang") else "vllm" if obs.versions.get("vllm") else ""
     return best or None
