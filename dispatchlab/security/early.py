@@ -42,7 +42,13 @@ def _is_chunked(headers: Mapping[str, str]) -> bool:
 
 
 def _length_refusal(
-    path: str, raw: str, limit: int, *, what: str = "the request body", hint: str = ""
+    path: str,
+    raw: str,
+    limit: int,
+    *,
+    what: str = "the request body",
+    hint: str = "",
+    shown: int | None = None,
 ) -> Refusal | None:
     raw = raw.strip()
     if not (raw.isascii() and raw.isdigit()):
@@ -50,7 +56,7 @@ def _length_refusal(
     length = int(raw)
     if length > limit:
         # the upload's own wording is the one `dispatchlab report` and the README show
-        return Refusal(413, f"{what} is {length:,} bytes; the limit is {limit:,} bytes{hint}")
+        return Refusal(413, f"{what} is {length:,} bytes; the limit is {shown or limit:,} bytes{hint}")
     return None
 
 
@@ -98,8 +104,11 @@ def refusal_for(
         return None
     raw_length = headers.get("content-length", "")
     if raw_length:
-        what = "the upload" if path.rstrip("/") == "/api/v1/reports" else "the request body"
-        refused = _length_refusal(path, raw_length, body_limit(path), what=what)
+        if path.rstrip("/") == "/api/v1/reports":  # the limit users set is the upload's, not its envelope's
+            upload = min(settings.DISPATCHLAB_MAX_UPLOAD_BYTES, body_limit(path))
+            refused = _length_refusal(path, raw_length, body_limit(path), what="the upload", shown=upload)
+        else:
+            refused = _length_refusal(path, raw_length, body_limit(path))
         if refused is not None:
             return refused
     if path == HOOK_PATH and method.upper() == "POST":  # other methods: the view's 405

@@ -266,7 +266,12 @@ DEPLOY_ENV = {
 
 
 def run_check_deploy(tmp_path: Path, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCHLAB_")}
+    # a production environment: none of this test run's own settings (the browser tests allow async-unsafe ORM use)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DISPATCHLAB_") and k != "DJANGO_ALLOW_ASYNC_UNSAFE"
+    }
     env.update({"DISPATCHLAB_DATA_DIR": str(tmp_path), **extra})
     return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
