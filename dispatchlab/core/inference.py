@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TYPE_CHECKING
 
 from dispatchlab.core.parse.model import ParsedLog
-from dispatchlab.core.terminal import NOT_EVIDENCE, TerminalDiagnosis, diagnose_terminal
+from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE
+
+if TYPE_CHECKING:
+    from dispatchlab.core.terminal import TerminalDiagnosis
 
 _ERRORISH = re.compile(r"[Ee]rror|[Ff]ail|[Ee]xception")
 
@@ -16,7 +20,7 @@ def classify(parsed: ParsedLog) -> tuple[str, TerminalDiagnosis | None]:
     crash = parsed.crash
     errors = parsed.errors
     # the parser marks what it did not take as fatal (warnings, children exiting after a requested stop)
-    fatal = [e for e in errors if e.fatal and e.kind not in NOT_EVIDENCE]
+    fatal = [e for e in errors if e.fatal and e.kind not in NOT_FAILURE_EVIDENCE]
     all_errors = False
     if not crash and not fatal:
         if any(e.kind == "garbage_output" for e in errors):
@@ -26,6 +30,8 @@ def classify(parsed: ParsedLog) -> tuple[str, TerminalDiagnosis | None]:
         if not any(e.kind == "error" and _ERRORISH.search(e.text) for e in errors):
             return "none", None
         all_errors = True  # no crash, but error lines that say something failed: read them all
+    from dispatchlab.core.terminal import diagnose_terminal  # only when something failed
+
     diagnosis = diagnose_terminal(parsed, all_errors=all_errors)
     if diagnosis is not None:
         return diagnosis.failure_class, diagnosis

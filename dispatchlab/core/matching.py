@@ -10,20 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
 from dispatchlab.core.flags import flags_for_server
 from dispatchlab.core.inference import classify, fingerprint
-from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
 from dispatchlab.core.parse.interpret.crash import crash_from_fatal_line
 from dispatchlab.core.parse.model import ParsedLog, PatternHit
 from dispatchlab.core.parse.vocabulary import VERSION_KEYS
 from dispatchlab.core.reading import Source
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
-from dispatchlab.core.terminal import terminal_match
 from dispatchlab.core.versions import SpecifierSet
+
+if TYPE_CHECKING:
+    from dispatchlab.core.lineindex import LineIndexWriter
 
 Hits = dict[int, list[PatternHit]]
 
@@ -300,6 +301,8 @@ def diagnose(parsed: ParsedLog, kb: KnowledgeBase) -> Diagnosis:
         failure_class, terminal = classify(parsed)
         source = "inferred"
         if terminal is not None:
+            from dispatchlab.core.terminal import terminal_match
+
             matches.insert(0, terminal_match(parsed, terminal))
         elif failure_class == "other":
             # Something failed and nothing, not even its own exception, says what: a known warning of the same

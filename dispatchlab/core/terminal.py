@@ -15,9 +15,7 @@ from dataclasses import dataclass
 
 from dispatchlab.core.diagnosis import Evidence, Fix, Match
 from dispatchlab.core.parse.model import ErrorLine, ParsedLog
-
-# error kinds that report a failure without being it
-NOT_EVIDENCE = ("sigquit", "init_failed", "exception", "error", "request_error", "garbage_output")
+from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE as NOT_EVIDENCE
 
 _COMPILE = re.compile(
     r"ptxas\b|\bnvcc\b|CompilationError|PTXASError|Ninja build failed|ninja: build stopped|Error building extension|"

@@ -57,6 +57,9 @@ PROGRESS_MILESTONES = frozenset(
 # Packages whose versions the document reports (`versions`), and that signature conditions may name.
 VERSION_KEYS = ("sglang", "vllm", "flashinfer", "torch", "triton", "sgl_kernel", "cuda", "driver", "nccl")
 
+# Error kinds that report a failure without being it (a request that failed, a child's sigquit, ...).
+NOT_FAILURE_EVIDENCE = ("sigquit", "init_failed", "exception", "error", "request_error", "garbage_output")
+
 # Caps that keep a document small whatever the log holds.
 MAX_TIMELINE_EVENTS = 4000
 MAX_TRACEBACKS = 200

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import pickle
 import re
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -239,6 +238,8 @@ def _conditions(raw: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    import tomllib  # only when the cached knowledge base is stale
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:

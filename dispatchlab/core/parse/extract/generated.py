@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from dispatchlab.core.garbage import detect_garbage
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine
@@ -89,6 +88,8 @@ def garbage_reason(answer: str) -> str | None:
     """Why an answer is garbage, or None: the detector's verdict, or an untrained token sampled."""
     if len(answer) > _JUDGED_CHARS:
         answer = answer[: _JUDGED_CHARS // 2] + "\n" + answer[-_JUDGED_CHARS // 2 :]
+    from dispatchlab.core.garbage import detect_garbage  # only for logs that show generated text
+
     verdict = detect_garbage(answer)
     if verdict.garbage:
         return verdict.reason

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from dispatchlab.core.parse.model import Crash, Event, ParsedLog, PhaseSpan
 from dispatchlab.core.parse.observations import Milestone, Observations
 from dispatchlab.core.parse.vocabulary import Phase
@@ -19,6 +17,8 @@ _SPANS = {
 def seconds_between(start: str | None, end: str | None) -> float | None:
     if not start or not end:
         return None
+    from datetime import datetime
+
     try:
         a = datetime.fromisoformat(start.replace("0000-", "2000-", 1))
         b = datetime.fromisoformat(end.replace("0000-", "2000-", 1))
