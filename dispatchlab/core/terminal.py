@@ -26,7 +26,7 @@ _COMPILE = re.compile(
 )
 _ARCH_REFUSED = re.compile(
     r"is not defined for option 'gpu-name'|[Uu]nsupported (?:gpu |GPU |CUDA )?arch(?:itecture)?\b|(?:sm|compute)_\d+a?\b[^.\n]{0,40}not supported|"
-    r"(?:arch(?:itecture)?|SM|GPU|device|dtype)[^.\n]{0,40}(?:is |are )?not supported|not supported on (?:this|the current|your) "
+    r"(?:arch(?:itecture)?|SM|GPU|device|dtype)[^.\n]{0,40}(?:is |are )?not supported|not supported (?:on|in|for) (?:this|the current|your) "
     r"(?:GPU|device|arch)|requires (?:SM|sm_?|compute capability )\d+|except on [^.\n]*Arch|only supports? (?:SM|sm_?)\d+|"
     r"no kernel image is available|hipErrorNoBinaryForGpu|invalid device function",
 )
@@ -36,7 +36,7 @@ _RUNNER_ASSERT = re.compile(
 _GPU_FAULT = re.compile(
     r"CUDA error|illegal memory access|device-side assert|misaligned address|unspecified launch failure|cudaError\w*|"
     r"CUBLAS_STATUS|CUDNN_STATUS|HIP error|hipError\w+|GPU page fault|VM_L2_PROTECTION_FAULT|\bXid\b|"
-    r"Segmentation fault|SIGSEGV|exit code -11",
+    r"Segmentation fault|SIGSEGV|exit code -11|\.cuh?:? ?\d+ ?[-:] ?(?:invalid argument|invalid device function)",
     re.I,
 )
 _IMPORT = re.compile(
@@ -193,7 +193,7 @@ RULES: list[_Rule] = [
                 (_WEIGHT_FRAME.search(f.frames) or f.phase == "weight_loading")
                 and _WEIGHT_TEXT.search(f.everything)
             )
-            or "size mismatch" in f.text
+            or bool(re.search(r"size mismatch|must match the size of tensor", f.text))
         ),
     ),
     (

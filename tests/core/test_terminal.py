@@ -124,3 +124,48 @@ def test_a_crash_after_a_request_error_is_still_a_crash(tmp_path: Path):
     doc = analyze_paths([log])
     assert doc["outcome"] == "crashed"
     assert doc["failure_class"] == "cuda_error"
+
+
+@pytest.mark.parametrize(
+    ("lines", "failure_class"),
+    [
+        # a library's refusal pasted without its traceback
+        (
+            "type fp8e4nv not supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')",
+            "arch_unsupported_kernel",
+        ),
+        (
+            "RuntimeError: No supported CUDA architectures found for major versions [10]",
+            "arch_unsupported_kernel",
+        ),
+        # an exception quoted inside a note
+        (
+            "# Error 1: RuntimeError: The size of tensor a (256) must match the size of tensor b (128)",
+            "weight_loading_error",
+        ),
+        # a kernel's own CUDA check: file, line, runtime error string
+        ("[TRT-LLM] [E] tinygemm2_cuda.cu 64 - invalid argument", "cuda_error"),
+        (
+            "fail to call hipModuleLaunchKernel(kernel_func, gdx, 1, 1) ---> [HIP error](invalid argument)",
+            "cuda_error",
+        ),
+    ],
+)
+def test_an_excerpt_that_only_quotes_the_error_is_still_classed(
+    tmp_path: Path, lines: str, failure_class: str
+):
+    log = tmp_path / "excerpt.log"
+    log.write_text("python -m sglang.launch_server --model-path m --tp 2\n" + lines + "\n")
+    doc = analyze_paths([log])
+    assert doc["outcome"] == "crashed"
+    assert doc["failure_class"] == failure_class
+
+
+def test_a_quoted_exception_in_a_warning_is_not_a_crash(tmp_path: Path):
+    log = tmp_path / "warn.log"
+    log.write_text(
+        "[2026-01-01 00:00:00] WARNING server_args.py:812: falling back to triton: ImportError: no module named cutlass\n"
+        "[2026-01-01 00:00:09] The server is fired up and ready to roll!\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["crash"] is None and doc["failure_class"] == "none"

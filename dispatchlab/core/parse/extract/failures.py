@@ -45,6 +45,7 @@ _WARNING = (
 _ERROR_KINDS = (
     "cg_failed",
     "compile_failed",
+    "arch_refused",
     "cuda_error",
     "device_assert",
     "nccl_error",
@@ -61,6 +62,7 @@ _ERROR_KINDS = (
     "vllm_engine_failed",
     "sigquit",
     "garbage_output",
+    "exception_quoted",
 )
 # what a line says without being the failure itself
 _NOT_FATAL_KINDS = {
@@ -154,7 +156,10 @@ class Failures:
         "cg_failed": r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (?P<inner>.*)$",
         "cuda_error": (
             r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|"
-            r"hipError\w+|GPU page fault|VM_L2_PROTECTION_FAULT|NVRM: Xid"
+            r"hipError\w+|GPU page fault|VM_L2_PROTECTION_FAULT|NVRM: Xid|\[HIP error\]|"
+            # a CUDA runtime error string printed by a kernel's own check: `gemm.cu 64 - invalid argument`
+            r"\.cuh?:? ?\d+ ?[-:] ?(?:invalid argument|an illegal memory access|misaligned address|"
+            r"unspecified launch failure|invalid device function|out of memory)"
         ),
         "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
         "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
@@ -168,6 +173,14 @@ class Failures:
         "kernel_name": _KERNEL_NAME,
         "garbage_output": r"!!!!!!!!|\b(?:nan|NaN) (?:logits|values?|in logits)|logits contain (?:nan|NaN|inf)",
         "request_error": _REQUEST_TEXT_RULE,
+        # a library refusing this GPU, in its own words, with or without an exception around it
+        "arch_refused": (
+            r"not supported (?:in|on|for) (?:this|the current|your) (?:architecture|GPU|device|arch)|"
+            r"[Uu]nsupported (?:GPU |gpu |CUDA )?architecture|No supported CUDA architectures? found|"
+            r"no kernel image is available for execution on the device"
+        ),
+        # an exception quoted in the middle of a line (a pasted note, `# Error 1: RuntimeError: ...`)
+        "exception_quoted": r"[\s#:>\]]\(?(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S",
         # a JIT build that failed: the compiler's own words, before any Python traceback
         "compile_failed": (
             r"\d+ errors? detected in the compilation of|ptxas (?:fatal|error)\b|nvcc (?:fatal|error)\b|"
