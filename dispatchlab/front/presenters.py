@@ -61,6 +61,7 @@ class MatchView:
     references: list[str]
     facts: list[tuple[str, str]]
     decisions: list[str]
+    source: str = "signature"  # "exception": diagnosed from the terminal exception, no signature
 
     @property
     def confidence_pct(self) -> int:
@@ -107,6 +108,7 @@ def match_views(doc: dict[str, Any]) -> list[MatchView]:
                 references=[str(ref) for ref in match.get("references") or []],
                 facts=[(str(k), show(v)) for k, v in (match.get("facts") or {}).items()],
                 decisions=[str(d) for d in match.get("decisions") or []],
+                source=str(match.get("source") or "signature"),
             )
         )
     return views

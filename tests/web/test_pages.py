@@ -885,3 +885,22 @@ def test_the_group_sparklines_have_a_date_axis_and_a_count_axis(client, cast, th
         f">{start:%b} {start.day}</text>" in page
         and f"<title>{today:%b} {today.day}: 2 reports</title>" in page
     )
+
+
+def test_a_crash_no_signature_explains_leads_with_its_exceptions_diagnosis_not_the_wrapper(client, cast):
+    from dispatchlab.core import analyze_paths
+
+    log = Path(__file__).resolve().parents[1] / "fixtures" / "terminal" / "flashinfer_gemm_runner_error.log"
+    doc = analyze_paths([log])
+    report = cast.report(doc, title="GEMM runner", lines=log.read_text().splitlines())
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[report.pk])).content.decode()
+    diagnosis = html[html.index('id="diagnosis"') :]
+    top, wrapper = doc["matches"][0], doc["matches"][-1]
+    assert top["source"] == "exception" and wrapper["level"] == "wrapper"
+    # the header and the card agree, the card says where it comes from, the wrapper is listed after it
+    assert 'class="badge class">cuda_error<' in html.split('id="diagnosis"')[0]
+    assert "top diagnosis" in diagnosis[:400] and top["title"] in diagnosis[:600]
+    assert "from the exception" in html
+    assert html.index(top["title"]) < html.index(wrapper["title"])
+    assert "--log-level" not in html
