@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import bisect
 import os
+import shutil
 import struct
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +43,8 @@ class LineIndexWriter:
     """Appends text and checkpoints in file order; `close` returns the number of lines."""
 
     def __init__(self, text_path: str | Path, index_path: str | Path) -> None:
-        self.text_dir = Path(text_path).parent  # scan workers write their shares of the text here
+        self.text_dir = Path(text_path).parent
+        self._parts: Path | None = None
         self.text: BinaryIO = open(text_path, "wb")  # noqa: SIM115 - closed by close()
         self.index: BinaryIO = open(index_path, "wb")  # noqa: SIM115
         self.index.write(MAGIC)
@@ -56,6 +59,12 @@ class LineIndexWriter:
 
     def add_text(self, data: bytes) -> None:
         self.text.write(data)
+
+    def parts_dir(self) -> Path:
+        """Where scan workers write their shares of the text: next to it (same disk), removed on close."""
+        if self._parts is None:
+            self._parts = Path(tempfile.mkdtemp(prefix=".parts-", dir=self.text_dir))
+        return self._parts
 
     def add_file(self, path: Path) -> None:
         """Append a file's bytes (a scan worker's share of the text) and delete it."""
@@ -72,6 +81,8 @@ class LineIndexWriter:
     def close(self) -> int:
         self.text.close()
         self.index.close()
+        if self._parts is not None:
+            shutil.rmtree(self._parts, ignore_errors=True)
         return self.lines
 
 
@@ -87,9 +98,12 @@ def write_line_index(
     try:
         for source in open_sources(paths):
             for chunk in iter_chunks(source):
-                starts = chunk_checkpoints(chunk, checkpoint_bytes)
-                lines_before = [chunk.count(b"\n", 0, s) for s in starts]
-                writer.add_checkpoints(zip(lines_before, starts, strict=True), chunk.count(b"\n"), len(chunk))
+                checkpoints, counted, position = [], 0, 0
+                for start in chunk_checkpoints(chunk, checkpoint_bytes):
+                    counted += chunk.count(b"\n", position, start)  # newlines before each start, counted once
+                    position = start
+                    checkpoints.append((counted, start))
+                writer.add_checkpoints(checkpoints, chunk.count(b"\n"), len(chunk))
                 writer.add_text(chunk)
     finally:
         lines = writer.close()

@@ -3,7 +3,6 @@ tree sampler counts forked children."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,4 +65,4 @@ def test_the_tree_memory_counts_forked_children():
     run = run_tree([sys.executable, "-c", code])
     assert run.output.strip() == b"done"
     assert run.peak_mb > 80, f"the child's 80 MB were not counted ({run.peak_mb:.0f} MB)"
-    assert re.fullmatch(r"\d+(\.\d+)?", f"{run.cpu:.2f}")
+    assert run.wall >= 0.5, "the run ended before the child did"

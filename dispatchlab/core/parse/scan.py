@@ -8,10 +8,8 @@ Observations record.
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
@@ -154,13 +152,14 @@ class Scan:
         return self.obs
 
 
-def _scans_of(run: Scan, source: Source, parts: Path | None) -> Iterable[ChunkScan]:
+def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
     """A big plain file is scanned by forked workers, segment by segment; anything else here, chunk by chunk."""
     path, size = source.path, source.stored_bytes or 0
     if path is not None and size >= PARALLEL_MIN_BYTES:
         workers = parallel_workers()
         if workers > 1:
-            done = run.index.add_file if run.index is not None else None
+            index = run.index
+            parts, done = (index.parts_dir(), index.add_file) if index is not None else (None, None)
             return scan_file_in_parallel(
                 run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
             )
@@ -179,16 +178,15 @@ def scan_sources(
         total = None
     run = Scan(rules, max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index)
     done = 0
-    with tempfile.TemporaryDirectory(dir=index.text_dir if index else None) as parts:
-        for source in sources:
-            first = run.obs.line_count + 1
-            for scan in _scans_of(run, source, Path(parts) if index else None):
-                if index is not None:
-                    index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)
-                run.feed(scan)
-                if progress is not None:
-                    done = min(done + scan.size, total) if total else done + scan.size
-                    progress(done, total)
-            lines = run.obs.line_count - first + 1
-            run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
+    for source in sources:
+        first = run.obs.line_count + 1
+        for scan in _scans_of(run, source):
+            if index is not None:
+                index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)
+            run.feed(scan)
+            if progress is not None:
+                done = min(done + scan.size, total) if total else done + scan.size
+                progress(done, total)
+        lines = run.obs.line_count - first + 1
+        run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
     return run.finish()
