@@ -7,7 +7,6 @@ import re
 from typing import TYPE_CHECKING
 
 from dispatchlab.core.parse.model import ParsedLog
-from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE
 
 if TYPE_CHECKING:
     from dispatchlab.core.terminal import TerminalDiagnosis
@@ -20,7 +19,7 @@ def classify(parsed: ParsedLog) -> tuple[str, TerminalDiagnosis | None]:
     crash = parsed.crash
     errors = parsed.errors
     # the parser marks what it did not take as fatal (warnings, children exiting after a requested stop)
-    fatal = [e for e in errors if e.fatal and e.kind not in NOT_FAILURE_EVIDENCE]
+    fatal = parsed.failure_evidence()
     all_errors = False
     if not crash and not fatal:
         if any(e.kind == "garbage_output" for e in errors):

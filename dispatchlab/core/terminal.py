@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dispatchlab.core.diagnosis import Evidence, Fix, Match
-from dispatchlab.core.parse.model import ErrorLine, ParsedLog
-from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE as NOT_EVIDENCE
+from dispatchlab.core.parse.model import ParsedLog
 
 _COMPILE = re.compile(
     r"ptxas\b|\bnvcc\b|CompilationError|PTXASError|Ninja build failed|ninja: build stopped|Error building extension|"
@@ -100,7 +99,7 @@ class TerminalDiagnosis:
 
 def _failure(parsed: ParsedLog, *, all_errors: bool) -> Failure | None:
     crash = parsed.crash
-    fatal = parsed.errors if all_errors else _fatal(parsed.errors)
+    fatal = parsed.errors if all_errors else parsed.failure_evidence()
     if crash is None and not fatal:
         return None
     tb = parsed.traceback_at(crash.line) if crash else None
@@ -246,12 +245,8 @@ def evidence_lines(parsed: ParsedLog) -> list[int]:
     if crash is not None:
         tb = parsed.traceback_at(crash.line)
         lines.append(tb.end_line or crash.line if tb else crash.line)
-    lines += [e.line for e in _fatal(parsed.errors)[:5]]
+    lines += [e.line for e in parsed.failure_evidence()[:5]]
     return sorted(set(lines))
-
-
-def _fatal(errors: list[ErrorLine]) -> list[ErrorLine]:
-    return [e for e in errors if e.fatal and e.kind not in NOT_EVIDENCE]
 
 
 # what the fix says differs by server: each names its own flags
@@ -278,7 +273,7 @@ def terminal_match(parsed: ParsedLog, diagnosis: TerminalDiagnosis) -> Match:
         )
     shown = {e.line for e in evidence}
     evidence += [
-        Evidence(e.line, e.rank, e.text[:500]) for e in _fatal(parsed.errors) if e.line not in shown
+        Evidence(e.line, e.rank, e.text[:500]) for e in parsed.failure_evidence() if e.line not in shown
     ][:5]
     facts = {"exception": crash.exception, "phase": crash.phase, "model": crash.model} if crash else {}
     exception = f" ({_short(crash.exception)})" if crash and crash.exception else ""

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE
+
 
 @dataclass
 class Event:
@@ -156,6 +158,10 @@ class ParsedLog:
     nccl_transports: list[dict[str, Any]] = field(default_factory=list)
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
+
+    def failure_evidence(self) -> list[ErrorLine]:
+        """The fatal error lines that say what failed (not a child's sigquit or one failed request)."""
+        return [e for e in self.errors if e.fatal and e.kind not in NOT_FAILURE_EVIDENCE]
 
     def traceback_at(self, line: int) -> Traceback | None:
         return next((t for t in self.tracebacks if t.line == line), None)
