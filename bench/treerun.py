@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass
@@ -73,12 +72,3 @@ def run_tree(command: list[str], *, env: dict[str, str] | None = None, sample_ev
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return TreeRun(wall, cpu, peak, output, process.returncode)
-
-
-def output_goes_to_a_file(run: TreeRun) -> bool:
-    """What the command printed was kept (a file, not /dev/null)."""
-    return bool(run.output)
-
-
-def scratch_dir() -> Path:
-    return Path(tempfile.gettempdir())

@@ -38,10 +38,6 @@ def classify(parsed: ParsedLog) -> tuple[str, TerminalDiagnosis | None]:
     return ("cuda_graph_capture_failure" if capture else "other"), None
 
 
-def infer_failure_class(parsed: ParsedLog) -> str:
-    return classify(parsed)[0]
-
-
 # ---------------------------------------------------------------- fingerprints
 _APP_PACKAGES = re.compile(
     r"(?:^|/)((?:sglang|vllm|flashinfer|sgl_kernel|tensorrt_llm|deep_gemm|triton|aiter|lmdeploy)/[\w/]+\.py)$"

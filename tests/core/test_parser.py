@@ -281,6 +281,7 @@ def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, mo
     from dispatchlab.core.parse import chunkscan, scan
 
     monkeypatch.setattr(chunkscan, "SEGMENT_BYTES", 4 * 1024 * 1024)
+    monkeypatch.setattr(chunkscan, "MIN_SEGMENT_BYTES", 1024 * 1024)
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 1024 * 1024)
     serving = (LOGS / "sglang_h100_serving.log").read_bytes()
     path = tmp_path / "big.log"
