@@ -64,6 +64,7 @@ class Scan:
         self.index = index
         self.stride = stride
         self.next_sample = 0
+        self.last_process: str | None = None  # the rank of the last prefixed line: bare lines belong to it
         self.obs = Observations()
         self.failures = Failures(self.obs)
         self.milestones = Milestones(self.obs)
@@ -93,7 +94,7 @@ class Scan:
                 si += 1
             if hit.previous:
                 # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
-                self.failures.note_process(split_line(base + hit.index, decode_line(hit.previous), obs.year))
+                self._note_process(split_line(base + hit.index, decode_line(hit.previous), obs.year))
             self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
         for index, raw in samples[si:]:
             self.metrics.sample(raw, base + index + 1)
@@ -107,13 +108,13 @@ class Scan:
     def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
         obs = self.obs
         line = split_line(number, decode_line(raw), obs.year)
-        if not line.prefixed and line.rank is None:
-            line.rank = self.failures.last_process  # a bare line belongs to the process printing around it
+        if not line.prefixed:
+            line.rank = self.last_process  # a bare line belongs to the process printing around it
         if line.time:
             if line.style == "sglang" and obs.year is None:
                 obs.year = line.time[:4]
             obs.last_time = line.time
-        self.failures.note_process(line)
+        self._note_process(line)
         if line.style == "trtllm":
             obs.server_votes["tensorrt_llm"] += 3
         elif line.style in ("sglang", "vllm"):
@@ -123,6 +124,10 @@ class Scan:
             for extractor, wants in self.extractors:
                 if not wants.isdisjoint(hits) and extractor.handle(line, hits, following):
                     break
+
+    def _note_process(self, line: Line) -> None:
+        if line.prefixed:
+            self.last_process = line.rank
 
     def _hits(self, line: Line, rule_ids: tuple[int, ...] | None) -> Hits:
         regex = self.rules.scanner.regex

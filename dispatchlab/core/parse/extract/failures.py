@@ -196,12 +196,7 @@ class Failures:
         self.open: dict[str | None, _OpenTraceback] = {}
         self.seen: dict[tuple[str, str, tuple[str, ...]], Traceback] = {}
         self.ignore_next: dict[str | None, bool] = {}
-        self.last_process: str | None = None  # the rank of the last prefixed line: bare lines belong to it
         self.warnings_seen: set[str] = set()
-
-    def note_process(self, line: Line) -> None:
-        if line.prefixed:
-            self.last_process = line.rank
 
     def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
         if not self._traceback_line(line, hits):
@@ -217,14 +212,9 @@ class Failures:
             self._close(key)
 
     # ---------------------------------------------------------------- tracebacks
-    def _key(self, line: Line) -> str | None:
-        if line.prefixed:
-            return line.rank
-        return self.last_process
-
     def _traceback_line(self, line: Line, hits: Hits) -> bool:
         """Feed a traceback's start, frames, chain marks and exception line; True when the line was one."""
-        key = self._key(line)
+        key = line.rank
         if "tb_start" in hits:
             self._start(line, key)
             if "exc_head" in hits:
@@ -396,7 +386,7 @@ class Failures:
         errorish = ERRORISH.search(msg)
         if "tb_frame" in hits and not errorish:
             return
-        if not (self._key(line) in self.open or errorish or line.level in ("ERROR", "CRITICAL")):
+        if not (line.rank in self.open or errorish or line.level in ("ERROR", "CRITICAL")):
             return
         for km in KERNEL_TEXT.finditer(msg):
             before, after = msg[max(0, km.start() - 1) : km.start()], msg[km.end() : km.end() + 1]
