@@ -66,12 +66,12 @@ class Scan:
         self.next_sample = 0
         self.last_process: str | None = None  # the rank of the last prefixed line: bare lines belong to it
         self.obs = Observations()
-        self.failures = Failures(self.obs)
-        self.milestones = Milestones(self.obs)
         self.metrics = Metrics(self.obs)
-        extractors: list[Extractor] = [Arguments(self.obs), Environment(self.obs), self.milestones]
-        extractors += [Backends(self.obs), Generated(self.obs), self.failures]
-        self.extractors = [(e, frozenset(e.RULES) | e.READS) for e in extractors]
+        made = {cls: cls(self.obs) for cls in EXTRACTORS}
+        failures = made[Failures]
+        assert isinstance(failures, Failures)
+        self.failures = failures  # it closes the tracebacks still open at the end
+        self.extractors = [(e, frozenset(e.RULES) | e.READS) for e in made.values()]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
         for chunk in iter_chunks(source):

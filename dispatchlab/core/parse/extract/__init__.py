@@ -11,6 +11,7 @@ import re
 from typing import ClassVar, Protocol
 
 from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.parse.observations import Observations
 
 Hits = dict[str, re.Match[str]]
 
@@ -18,6 +19,8 @@ Hits = dict[str, re.Match[str]]
 class Extractor(Protocol):
     RULES: ClassVar[dict[str, str]]
     READS: ClassVar[frozenset[str]]
+
+    def __init__(self, obs: Observations) -> None: ...
 
     def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
         """Record what the line says; True when the line is fully explained (no other extractor runs)."""
