@@ -1,4 +1,4 @@
-"""Shared bits of the benchmark scripts: the test log, timing whole commands, peak memory of a child, a
+"""Shared bits of the benchmark scripts: the test log and its size, a
 scratch stack of the dashboard."""
 
 from __future__ import annotations
