@@ -208,15 +208,43 @@ class RedactBody(TypedDict, total=False):
     """the last one (default: first_line)"""
 
 
+RedactionStatus = Literal["queued", "running", "done", "refused"]
+
+
+@described
+class RedactionShape(TypedDict):
+    """One redaction of a report: run by a worker, one at a time per report, oldest first."""
+
+    id: int
+    status: RedactionStatus
+    what: str
+    """"a pattern" or "lines N-M" (the pattern itself is not kept once it ran)"""
+    reason: str
+    """why it was refused: not a usable pattern, ran past DISPATCHLAB_REDACT_TIME_LIMIT, log unreadable"""
+    redacted_lines: int | None
+    """how many lines of the log changed once done; 0: nothing stored changed"""
+    created_at: DateTime
+    finished_at: DateTime | None
+
+
 @described
 class Redacted(TypedDict):
-    """The stored log was replaced by the redacted copy and is parsed again (status queued)."""
+    """The redaction is queued; a worker replaces the stored log and every copy, then parses it again."""
 
     id: int
     url: Url
     status: ReportStatus
-    redacted_lines: int
-    """how many lines changed; 0: nothing matched and nothing was changed"""
+    """the report's status now (the re-parse starts once the redaction ran)"""
+    redacted_lines: int | None
+    """null until the redaction ran (see redaction.status and GET .../redact)"""
+    redaction: RedactionShape
+
+
+@described
+class Redactions(TypedDict):
+    """The report's redactions, oldest first."""
+
+    redactions: list[RedactionShape]
 
 
 @described

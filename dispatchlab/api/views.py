@@ -34,6 +34,8 @@ from dispatchlab.api.shapes import (
     Invalid,
     RedactBody,
     Redacted,
+    Redactions,
+    RedactionShape,
     ReportListQuery,
     ReportPage,
     ReportSummary,
@@ -43,19 +45,17 @@ from dispatchlab.api.shapes import (
 from dispatchlab.api.shapes import (
     Report as ReportShape,
 )
-from dispatchlab.reports.models import Project, Report
+from dispatchlab.reports.models import Project, Redaction, Report
+from dispatchlab.reports.redaction import RedactionRefused, redaction_from, redaction_request
 from dispatchlab.reports.selectors import reports_filtered
 from dispatchlab.reports.services import (
     UPLOAD_ENVELOPE_BYTES,
     QuotaExceeded,
-    RedactionRefused,
     UploadRejected,
     UploadTooLarge,
-    redaction_from,
     report_submit,
     upload_refuse_by_length,
 )
-from dispatchlab.reports.services import report_redact as report_redact_service
 from dispatchlab.security.early import HOOK_PATH, hook_refusal
 from dispatchlab.security.early import body_limit as body_limit_for
 
@@ -260,27 +260,42 @@ def report_detail(request: HttpRequest, report_id: int) -> HttpResponse:
     return JsonResponse(_detail(request, found[1]))
 
 
+def _redaction_shape(redaction: Redaction) -> RedactionShape:
+    return RedactionShape(
+        id=redaction.id,
+        status=redaction.status,  # type: ignore[typeddict-item]
+        what=redaction.what,
+        reason=redaction.reason,
+        redacted_lines=redaction.redacted_lines,
+        created_at=redaction.created_at.isoformat(),
+        finished_at=redaction.finished_at.isoformat() if redaction.finished_at else None,
+    )
+
+
 @operation(
     "POST",
     "reports_redact",
     summary="Redact a report's log by a pattern or a line range; it is parsed again",
     description=(
-        "The stored upload is replaced by the redacted text (the old files, text copy and document are "
-        "deleted) and the report is queued again. Only members of the report's project with write access "
-        "(not viewers, not read-only tokens) may redact."
+        "The redaction is queued and run by a worker, after the report's earlier redactions and any parse "
+        "in progress; the pattern runs in a child process stopped after DISPATCHLAB_REDACT_TIME_LIMIT "
+        "seconds (the redaction is then refused, saying so). It replaces the stored upload by the redacted "
+        "text and redacts every stored copy (text copy, document, title, launch command, failure group, "
+        "notification events, confirm runs); the re-parse notifies no one. Only members of the report's "
+        "project with write access (not viewers, not read-only tokens) may redact."
     ),
     body={"application/json": RedactBody},
     answers={
-        202: (Redacted, "Redacted and queued (or nothing matched: redacted_lines 0, nothing changed)."),
-        400: Error,
+        202: (Redacted, "Queued: GET this path to follow it."),
+        400: (Error, "Not a regular expression, or not a line range."),
         403: Error,
         404: (Error, "No such report, or not in the caller's projects."),
-        409: (Error, "The report is being parsed, or has no stored log."),
+        409: (Error, "The report has no stored log."),
         413: Error,
     },
     tags=("reports",),
 )
-def report_redact(request: HttpRequest, report_id: int) -> HttpResponse:
+def report_redact_create(request: HttpRequest, report_id: int) -> HttpResponse:
     found = caller_and_report(request, report_id)
     if isinstance(found, JsonResponse):
         return found
@@ -291,20 +306,43 @@ def report_redact(request: HttpRequest, report_id: int) -> HttpResponse:
     if isinstance(body, JsonResponse):
         return body
     try:
-        redaction = redaction_from(
+        spec = redaction_from(
             pattern=body.get("pattern"), first_line=body.get("first_line"), last_line=body.get("last_line")
         )
-        changed = report_redact_service(report_id=report.id, redaction=redaction)
+        redaction = redaction_request(report=report, spec=spec, user=caller.user)
     except RedactionRefused as refused:
         return error(str(refused), 409 if refused.conflict else 400)
     report.refresh_from_db()
+    redaction.refresh_from_db()
     answer = Redacted(
         id=report.id,
         url=_report_url(request, report),
         status=report.status,  # type: ignore[typeddict-item]
-        redacted_lines=changed,
+        redacted_lines=redaction.redacted_lines,
+        redaction=_redaction_shape(redaction),
     )
     return JsonResponse(answer, status=202)
+
+
+@operation(
+    "GET",
+    "reports_redactions",
+    summary="A report's redactions: queued, running, done or refused (with the reason)",
+    answers={
+        200: (Redactions, "Oldest first."),
+        404: (Error, "No such report, or not in the caller's projects."),
+    },
+    tags=("reports",),
+)
+def report_redactions(request: HttpRequest, report_id: int) -> HttpResponse:
+    found = caller_and_report(request, report_id)
+    if isinstance(found, JsonResponse):
+        return found
+    redactions = found[1].redactions.order_by("id")
+    return JsonResponse(Redactions(redactions=[_redaction_shape(item) for item in redactions]))
+
+
+report_redact = route(report_redactions, report_redact_create)
 
 
 # ---------------------------------------------------------------- /api/v1/hooks/ci

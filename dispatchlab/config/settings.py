@@ -325,6 +325,9 @@ if DISPATCHLAB_TASK_TIME_LIMIT <= DISPATCHLAB_TASK_SOFT_TIME_LIMIT:
 DISPATCHLAB_STALE_CLAIM_SECONDS = env_int("DISPATCHLAB_STALE_CLAIM_SECONDS", 300, minimum=1)
 # A report whose worker died this many times is marked failed instead of being tried again.
 DISPATCHLAB_MAX_ATTEMPTS = env_int("DISPATCHLAB_MAX_ATTEMPTS", 3, minimum=1)
+# A redaction's pattern runs in a child process of the worker, killed after this many seconds (a
+# backtracking pattern would otherwise hold a worker for ever); the redaction is then refused.
+DISPATCHLAB_REDACT_TIME_LIMIT = env_int("DISPATCHLAB_REDACT_TIME_LIMIT", 120, minimum=1)
 DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS = env_int("DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS", 300, minimum=1)
 
 # ---- confirm runs on GPU hosts ----

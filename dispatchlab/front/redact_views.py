@@ -1,4 +1,6 @@
-"""Redacting a report's log from its page: a pattern or a line range; the parse runs again on the copy."""
+"""Redacting a report's log from its page: a pattern or a line range, queued for a worker (which runs
+the pattern under a time limit, then parses the redacted copy again); the page lists the report's
+redactions and why any was refused."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from dispatchlab.reports import selectors
-from dispatchlab.reports.services import RedactionRefused, redaction_from, report_redact
+from dispatchlab.reports.redaction import RedactionRefused, redaction_from, redaction_request
 
 
 def _number(raw: str) -> int | str | None:
@@ -33,20 +35,25 @@ def redact(request: HttpRequest, report_id: int) -> HttpResponse:
     if request.method == "POST":
         by_lines = values["mode"] == "lines"
         try:
-            redaction = redaction_from(
+            spec = redaction_from(
                 pattern=None if by_lines else values["pattern"],
                 first_line=_number(values["first_line"]) if by_lines else None,
                 last_line=_number(values["last_line"]) if by_lines else None,
             )
-            changed = report_redact(report_id=report.id, redaction=redaction)
+            redaction_request(report=report, spec=spec, user=request.user)
         except RedactionRefused as refused:
             problem, status = str(refused), 409 if refused.conflict else 400
         else:
-            if changed:
-                messages.success(request, f"{changed} line(s) redacted; the log is being parsed again.")
-            else:
-                messages.info(request, "Nothing matched: the log was not changed.")
+            messages.success(
+                request,
+                "Redaction queued: a worker replaces the stored log and every copy, then parses it again. "
+                "Its outcome is listed on the Redact page.",
+            )
             return redirect("front:report", report_id=report.id)
-    return render(
-        request, "front/redact.html", {"report": report, "values": values, "problem": problem}, status=status
-    )
+    context = {
+        "report": report,
+        "values": values,
+        "problem": problem,
+        "redactions": report.redactions.order_by("-id")[:20],
+    }
+    return render(request, "front/redact.html", context, status=status)

@@ -323,6 +323,23 @@ def notify_report_landed(*, report: Report, group_id: int, group_created: bool) 
     return event_emit(project=group.project, kind=EventKind.GROUP_RETURNED, fields=fields, group=group)
 
 
+def event_payloads_of_report(*, report_id: int, group_id: int | None) -> dict[int, dict[str, Any]]:
+    """The stored payloads that may quote a report: its own events and its group's (for redaction)."""
+    events = Event.objects.filter(
+        Q(payload__report__id=report_id) | Q(group_id=group_id)
+        if group_id
+        else Q(payload__report__id=report_id)
+    )
+    return dict(events.values_list("id", "payload"))
+
+
+def event_payloads_replace(payloads: dict[int, dict[str, Any]]) -> int:
+    """Store redacted payloads; deliveries not yet sent send these. Returns how many changed."""
+    return sum(
+        Event.objects.filter(id=event_id).update(payload=payload) for event_id, payload in payloads.items()
+    )
+
+
 def notify_decision_stale(
     *, project: Project | int, record_id: int, number: int, title: str, reason: str, url: str
 ) -> Event | None:

@@ -208,3 +208,46 @@ class ReportFile(models.Model):
 
     def __str__(self) -> str:
         return self.original_name
+
+
+class Redaction(models.Model):
+    """A person's request to blank a secret out of a report: run by the `reports.redact` task, one at a
+    time per report, oldest first. The pattern is kept only until the redaction ran: it usually spells
+    the secret it removes."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        REFUSED = "refused", "refused"  # bad pattern, ran too long, log unreadable: `reason` says
+
+    FINISHED = (Status.DONE, Status.REFUSED)
+
+    report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="redactions")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    reason = models.TextField(blank=True)
+    pattern = models.TextField(blank=True)
+    first_line = models.PositiveBigIntegerField(null=True, blank=True)
+    last_line = models.PositiveBigIntegerField(null=True, blank=True)
+    redacted_lines = models.PositiveBigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_token = models.CharField(max_length=32, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["report", "id"]
+        indexes = [models.Index(fields=["report", "status"], name="redaction_report_status")]
+
+    def __str__(self) -> str:
+        return f"redaction {self.pk} of report {self.report_id} ({self.status})"
+
+    @property
+    def what(self) -> str:
+        """For people, without the pattern."""
+        if self.first_line is not None:
+            return f"lines {self.first_line}-{self.last_line}"
+        return "a pattern"

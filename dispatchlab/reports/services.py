@@ -14,7 +14,6 @@ import enum
 import hashlib
 import logging
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -670,8 +669,11 @@ def _report_store(
         if report.claim_token != token or report.status != Report.Status.PARSING:
             return Outcome.LOST
         old_group_id = report.group_id
-        # A re-match (the knowledge base changed) moves old reports between groups: no news for webhooks.
-        reanalysis = report.document is not None
+        # A re-match (the knowledge base changed) moves old reports between groups, and a redacted log is
+        # parsed again: no news for webhooks.
+        from dispatchlab.reports.redaction import report_was_redacted
+
+        reanalysis = report.document is not None or report_was_redacted(report_id)
         group, group_created = None, False
         if columns["failure_class"] != "none" and columns["fingerprint"]:
             group, group_created = FailureGroup.objects.get_or_create(
@@ -840,134 +842,3 @@ def reports_prune_expired(*, now: Any = None, batch: int = 500) -> int:
     if deleted:
         logger.info("retention: deleted %d reports past their project's retention", deleted)
     return deleted
-
-
-# ---------------------------------------------------------------- redaction
-
-REDACTED = "[REDACTED]"
-MAX_REDACT_PATTERN = 500
-
-
-class RedactionRefused(Exception):
-    """The redaction cannot be done (bad pattern or range, report busy, no stored log). For people."""
-
-    def __init__(self, message: str, *, conflict: bool = False) -> None:
-        super().__init__(message)
-        self.conflict = conflict  # the report's state, not the request, is in the way (HTTP 409)
-
-
-@dataclass(frozen=True)
-class Redaction:
-    """What to blank out: every match of `pattern`, or whole lines first_line..last_line (1-based)."""
-
-    pattern: re.Pattern[str] | None = None
-    first_line: int = 0
-    last_line: int = 0
-
-    def apply(self, number: int, line: str) -> str:
-        if self.pattern is not None:
-            return self.pattern.sub(REDACTED, line)
-        return REDACTED if self.first_line <= number <= self.last_line else line
-
-
-def redaction_from(*, pattern: Any = None, first_line: Any = None, last_line: Any = None) -> Redaction:
-    """A Redaction from what a person sent: a regular expression, or a line range."""
-    if pattern not in (None, ""):
-        if first_line is not None or last_line is not None:
-            raise RedactionRefused("send a pattern or a line range, not both")
-        if not isinstance(pattern, str) or len(pattern) > MAX_REDACT_PATTERN:
-            raise RedactionRefused(
-                f"the pattern must be a regular expression of at most {MAX_REDACT_PATTERN} characters"
-            )
-        try:
-            compiled = re.compile(pattern)
-        except re.error as problem:
-            raise RedactionRefused(f"the pattern is not a regular expression: {problem}") from None
-        if compiled.search(""):
-            raise RedactionRefused("the pattern matches empty text; make it match what is to be removed")
-        return Redaction(pattern=compiled)
-    if first_line is None:
-        raise RedactionRefused("send a pattern, or first_line (and last_line) of the lines to remove")
-    last_line = first_line if last_line is None else last_line
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (first_line, last_line)):
-        raise RedactionRefused("first_line and last_line must be whole numbers")
-    if not 1 <= first_line <= last_line:
-        raise RedactionRefused("the lines must satisfy 1 <= first_line <= last_line")
-    return Redaction(first_line=first_line, last_line=last_line)
-
-
-def _write_redacted(report: Report, redaction: Redaction, workdir: Path) -> tuple[Path, int]:
-    """The report's log as the parser numbers its lines, redacted, in one plain file; and how many
-    lines changed."""
-    from dispatchlab.core import LogReadError
-    from dispatchlab.core.reading import expansion_limit, iter_lines
-
-    target = workdir / "redacted.log"
-    changed = 0
-    try:
-        with (
-            _local_copies(report, workdir) as paths,
-            expansion_limit(settings.DISPATCHLAB_MAX_EXPANDED_BYTES),
-            target.open("w", encoding="utf-8", errors="replace", newline="\n") as out,
-        ):
-            for number, line in enumerate(iter_lines(paths), start=1):
-                redacted = redaction.apply(number, line)
-                changed += redacted != line
-                out.write(redacted + "\n")
-    except (LogReadError, FileNotFoundError) as problem:
-        raise RedactionRefused(f"the stored log cannot be read: {_readable(str(problem), workdir)}") from None
-    return target, changed
-
-
-def report_redact(*, report_id: int, redaction: Redaction) -> int:
-    """Replace the report's stored log by a redacted copy, drop its text copy and document (both hold
-    the old lines) and parse it again. Returns how many lines changed (0: nothing stored changes)."""
-    report = Report.objects.select_related("project").get(id=report_id)
-    finished = [Report.Status.DONE, Report.Status.FAILED]
-    if report.status not in finished:
-        raise RedactionRefused("the report is being parsed; redact it once it is done", conflict=True)
-    old_files = list(report.files.all())
-    if not old_files:
-        raise RedactionRefused("this report has no stored log to redact", conflict=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f"dispatchlab-redact-{report_id}-"))
-    try:
-        redacted, changed = _write_redacted(report, redaction, workdir)
-        if not changed:
-            return 0
-        size = redacted.stat().st_size
-        folder = f"uploads/{report.project.slug}/{report.checksum[:2]}/{report.checksum[:16]}"
-        with redacted.open("rb") as handle:
-            key = default_storage.save(f"{folder}/redacted-{old_files[0].original_name}", File(handle))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    # The text copy holds the old lines: gone before the new parse writes its own at the same path.
-    _text_copy_delete(report)
-    with transaction.atomic():
-        updated = Report.objects.filter(id=report_id, status__in=finished).update(
-            status=Report.Status.QUEUED,
-            document=None,
-            error="",
-            progress=0.0,
-            attempts=0,
-            claimed_at=None,
-            claim_token="",
-            total_bytes=size,
-            text_path="",
-            index_path="",
-            line_count=None,
-        )
-        if not updated:
-            _delete_stored([key])
-            raise RedactionRefused("the report is being parsed; redact it once it is done", conflict=True)
-        ReportFile.objects.filter(report_id=report_id).delete()
-        ReportFile.objects.create(
-            report_id=report_id,
-            file=key,
-            original_name=f"redacted-{old_files[0].original_name}"[-300:],
-            size=size,
-            position=0,
-        )
-        report_enqueue_on_commit(report_id=report_id)
-    _delete_stored([item.file.name for item in old_files])
-    logger.info("report %s: %d lines redacted; parsing again", report_id, changed)
-    return changed

@@ -67,3 +67,29 @@ def reports_prune_expired_task() -> int:
     from dispatchlab.reports.services import reports_prune_expired
 
     return reports_prune_expired()
+
+
+# A redaction waits behind a parse of its report and behind the report's earlier redactions: it looks
+# again every few seconds, for about as long as a parse may take, then gives up (refused, saying so).
+REDACTION_WAIT_SECONDS = 3
+
+
+def _redaction_rechecks() -> int:
+    from django.conf import settings
+
+    return 2 * settings.DISPATCHLAB_TASK_TIME_LIMIT // REDACTION_WAIT_SECONDS + 10
+
+
+# Safe to repeat: redaction_run claims the request under the report's row lock; a dead worker's claim
+# goes stale after the redaction time limit.
+@shared_task(name="reports.redact", bind=True, max_retries=None, **REDELIVERED_UNTIL_DONE)
+def redaction_run_task(self: Any, redaction_id: int) -> str:
+    from dispatchlab.reports.redaction import RunOutcome, redaction_give_up, redaction_run
+
+    outcome = redaction_run(redaction_id=int(redaction_id))
+    if outcome == RunOutcome.WAITING:
+        if self.request.retries >= _redaction_rechecks():
+            redaction_give_up(redaction_id=int(redaction_id))
+            return "gave up"
+        raise self.retry(countdown=REDACTION_WAIT_SECONDS, max_retries=None)
+    return outcome.value
