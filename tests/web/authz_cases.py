@@ -109,6 +109,8 @@ MATRIX: list[Row] = [
     row("api:report",               "GET",    200,  200,   200,   200,    200,   404,     404,   401),
     row("api:ci_hook",              "POST",   401,  401,   401,   401,    401,   401,     401,   401,
         note="authenticated by the project's HMAC signature only: no session or token is enough"),
+    row("api:report_redact",        "GET",    200,  200,   200,   200,    200,   404,     404,   401,
+        note="a report's redactions (status, reason; never the pattern) are read like the report"),
     row("api:report_redact",        "POST",   409,  409,   403,   403,    403,   404,     404,   401,
         note="the matrix's report has no stored log: a member gets as far as 'no stored log to redact'"),
     row("api:report_confirm",       "POST",   201,  201,   403,   403,    403,   404,     404,   401),
