@@ -211,6 +211,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         DISPATCHLAB_DEBUG="false",
         DISPATCHLAB_ALLOWED_HOSTS="127.0.0.1,localhost",
         DISPATCHLAB_STALE_CLAIM_SECONDS=str(STALE_SECONDS),
+        # A backtracking redaction pattern is stopped after this long (tests/pipeline/test_redaction.py).
+        DISPATCHLAB_REDACT_TIME_LIMIT="3",
     )
     running = None
     try:
