@@ -20,7 +20,6 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from dispatchlab.core.launch import WORKER_OWNED_FLAGS, apply_patch
 from dispatchlab.messaging.contract import (
     CONFIRM_FINISHED_TASK,
     CONFIRM_OUTPUT_TASK,
@@ -28,8 +27,8 @@ from dispatchlab.messaging.contract import (
     ConfirmJob,
     ConfirmOutcome,
 )
-from worker.config import WorkerConfig
-from worker.policy import ApprovedLaunch, Refused, approve
+from worker.config import WORKER_SELECTED_ENV, WorkerConfig
+from worker.policy import Refused, approve, bind
 
 Send = Callable[[str, dict[str, Any]], None]
 
@@ -51,6 +50,7 @@ BASE_ENV_NAMES = (
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "HF_HOME",
+    *WORKER_SELECTED_ENV,  # the worker's own GPU selection; a launch cannot set it
 )
 
 
@@ -208,9 +208,7 @@ def run_confirm(
         return outcome
 
     port = free_port()
-    bound = apply_patch(approved.launch, args={flag: False for flag in WORKER_OWNED_FLAGS}, env={})
-    bound = apply_patch(bound, args={"--host": "127.0.0.1", "--port": str(port)}, env={})
-    approved = ApprovedLaunch(launch=bound, program=approved.program, server_version=approved.server_version)
+    approved = bind(approved, host="127.0.0.1", port=port)
     argv = approved.argv()
     base_env = {name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
     send(CONFIRM_STARTED_TASK, {"confirm_id": confirm_id, "host": config.host, "argv": argv})

@@ -87,8 +87,8 @@ def test_every_broken_rule_is_named_at_once(config):
 
 def test_sglang_flags_are_checked_against_the_installed_release_catalog(config, tmp_path):
     # No SGLang here: the newest release in the catalog is the reference.
-    with pytest.raises(Refused, match="unknown flag --speculative-moe-runner for sglang"):
-        approve(spec("sglang", "--model-path", str(tmp_path), "--speculative-moe-runner", "triton"), config)
+    with pytest.raises(Refused, match="unknown flag --speculative-moe-runnr for sglang"):
+        approve(spec("sglang", "--model-path", str(tmp_path), "--speculative-moe-runnr", "triton"), config)
     approved = approve(
         spec("sglang", "--model-path", str(tmp_path), "--moe-runner-backend", "triton", "--port", "1234"),
         config,
