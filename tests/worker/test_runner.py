@@ -162,3 +162,17 @@ def test_a_launch_that_never_becomes_ready_is_stopped_with_its_whole_process_gro
     assert outcome["ready"] is False and "was not ready after 1 s" in outcome["stopped_by"]
     assert time.monotonic() - started < 30
     assert processes_with(TOY) == []
+
+
+def test_the_server_sees_the_workers_own_gpu_selection_and_nothing_a_launch_chose(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    show_env = "import os, sys; print('GPUS=' + os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')); sys.exit(3)"
+    config = WorkerConfig(
+        host="cpu-test",
+        launchers={"repro:moe-serve": [sys.executable, "-c", show_env]},
+        model_roots=(REPRO_MODELS_DIR.resolve(),),
+        time_limit_s=30,
+    )
+    outcome, sent = run(config, "--model-path", TOY)
+    assert "GPUS=5" in output(sent)
+    assert outcome["exit_code"] == 3
