@@ -13,7 +13,8 @@ from dispatchlab.core.flags import catalog
 from dispatchlab.core.launch import LaunchError, launch_from_spec
 from worker.config import DEFAULT_ENV_ALLOW, WorkerConfig
 from worker.flag_kinds import COMMON, REVIEWED, FlagKind, classify
-from worker.policy import FlagSpec, Refused, approve, catalog_specs, flag_use_problems
+from worker.policy import FlagSpec, Refused, approve, catalog_specs, flag_use_problems, repro_specs
+from worker.repro import REPRO_PROGRAMS, repro_parser
 
 ROOT = (Path(__file__).parent / "policy-models").resolve()  # never created: paths are only compared
 MODEL = str(ROOT / "qwen")
@@ -181,3 +182,13 @@ def test_an_environment_name_that_loads_code_files_or_the_network_is_refused_eve
 
 def test_no_default_environment_name_is_a_pattern():
     assert all("*" not in name for name in DEFAULT_ENV_ALLOW)
+
+
+def test_every_flag_of_every_repro_program_is_classified():
+    unclassified = [
+        f"{name} {spec.flag}"
+        for name in REPRO_PROGRAMS
+        for spec in repro_specs(repro_parser(name))  # type: ignore[arg-type]
+        if spec.kind is None
+    ]
+    assert unclassified == []
