@@ -22,8 +22,10 @@ from typing import Any
 from dispatchlab.core.flags import catalog, release_for
 from dispatchlab.core.launch import (
     REPRO_PREFIX,
+    WORKER_OWNED_FLAGS,
     Launch,
     LaunchError,
+    apply_patch,
     flag_key,
     launch_from_spec,
 )
@@ -424,8 +426,6 @@ def approve(spec: dict[str, Any], config: WorkerConfig, *, gpu_count: int | None
 def bind(approved: ApprovedLaunch, *, host: str, port: int) -> ApprovedLaunch:
     """The approved launch bound to the worker's address: its own --host/--port (any spelling the
     server reads as them) dropped, the worker's appended last so they win."""
-    from dispatchlab.core.launch import WORKER_OWNED_FLAGS, apply_patch
-
     launch = approved.launch
     owned = {flag_key(f, launch.server) for f in WORKER_OWNED_FLAGS}
     launch = Launch(
