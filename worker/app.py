@@ -16,6 +16,7 @@ from celery import Celery
 
 from dispatchlab.messaging.broker import DEFAULT_BROKER_URL, broker_config, data_dir_from_env
 from dispatchlab.messaging.contract import (
+    CONFIRM_FINISHED_TASK,
     CONFIRM_TASK,
     HEARTBEAT_SECONDS,
     HEARTBEAT_TASK,
@@ -117,6 +118,20 @@ def confirm_task(job: ConfirmJob) -> None:
     state["busy"].set()
     try:
         run_confirm(job, _config(), send_to_dashboard, inventory=state["inventory"])
+    except Exception as error:
+        # Whatever broke, the dashboard hears a terminal status, or the run would stay `running`.
+        if isinstance(job, dict) and isinstance(job.get("confirm_id"), int):
+            reason = f"the worker could not run the job: {type(error).__name__}: {str(error)[:300]}"
+            send_to_dashboard(
+                CONFIRM_FINISHED_TASK,
+                {
+                    "confirm_id": job["confirm_id"],
+                    "host": _config().host,
+                    "status": "refused",
+                    "error": reason,
+                },
+            )
+        raise
     finally:
         state["busy"].clear()
 

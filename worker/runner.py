@@ -20,7 +20,6 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from dispatchlab.core.launch import WORKER_OWNED_FLAGS, apply_patch
 from dispatchlab.messaging.contract import (
     CONFIRM_FINISHED_TASK,
     CONFIRM_OUTPUT_TASK,
@@ -28,8 +27,8 @@ from dispatchlab.messaging.contract import (
     ConfirmJob,
     ConfirmOutcome,
 )
-from worker.config import WorkerConfig
-from worker.policy import ApprovedLaunch, Refused, approve
+from worker.config import WORKER_SELECTED_ENV, WorkerConfig
+from worker.policy import Refused, approve, bind
 
 Send = Callable[[str, dict[str, Any]], None]
 
@@ -51,6 +50,7 @@ BASE_ENV_NAMES = (
     "LD_LIBRARY_PATH",
     "PYTHONPATH",
     "HF_HOME",
+    *WORKER_SELECTED_ENV,  # the worker's own GPU selection; a launch cannot set it
 )
 
 
@@ -199,23 +199,30 @@ def run_confirm(
     confirm_id = int(job["confirm_id"])
     outcome: ConfirmOutcome = {"confirm_id": confirm_id, "host": config.host, "inventory": inventory}
     try:
-        approved = approve(dict(job["launch"]), config, gpu_count=len(inventory.get("gpus") or []))
+        launch = job["launch"]
+        if not isinstance(launch, dict):
+            raise Refused("the job's launch is not an object of launcher, args and env")
+        approved = approve(dict(launch), config, gpu_count=len(inventory.get("gpus") or []))
+        time_limit = max(10, min(int(job.get("time_limit_s") or config.time_limit_s), config.time_limit_s))
+        ready_timeout = min(int(job.get("ready_timeout_s") or time_limit), time_limit)
+        concurrency = max(1, int(job.get("concurrency") or 4))
     except Refused as refusal:
-        outcome.update(
-            {"status": "refused", "error": str(refusal), "ready": False, "argv": [], "duration_s": 0.0}
-        )
+        error = str(refusal)
+    # A job this worker cannot read is answered all the same: the run must not stay `running`.
+    except (KeyError, TypeError, ValueError, RecursionError) as failure:
+        error = f"the job cannot be read: {type(failure).__name__}: {str(failure)[:300]}"
+    else:
+        error = ""
+    if error:
+        outcome.update({"status": "refused", "error": error, "ready": False, "argv": [], "duration_s": 0.0})
         send(CONFIRM_FINISHED_TASK, dict(outcome))
         return outcome
 
     port = free_port()
-    bound = apply_patch(approved.launch, args={flag: False for flag in WORKER_OWNED_FLAGS}, env={})
-    bound = apply_patch(bound, args={"--host": "127.0.0.1", "--port": str(port)}, env={})
-    approved = ApprovedLaunch(launch=bound, program=approved.program, server_version=approved.server_version)
+    approved = bind(approved, host="127.0.0.1", port=port)
     argv = approved.argv()
     base_env = {name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
     send(CONFIRM_STARTED_TASK, {"confirm_id": confirm_id, "host": config.host, "argv": argv})
-    time_limit = max(10, min(int(job.get("time_limit_s") or config.time_limit_s), config.time_limit_s))
-    ready_timeout = min(int(job.get("ready_timeout_s") or time_limit), time_limit)
     base_url = f"http://127.0.0.1:{port}"
     outcome.update(
         {
@@ -284,7 +291,7 @@ def run_confirm(
                 points = measure_throughput(
                     base_url,
                     model=model,
-                    concurrency_levels=(1, max(1, int(job.get("concurrency") or 4))),
+                    concurrency_levels=(1, concurrency),
                     timeout=max(10.0, min(300.0, remaining / 2)),
                 )
                 outcome["throughput"] = [p.to_dict() for p in points]

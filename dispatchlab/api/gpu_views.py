@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -12,9 +13,22 @@ from dispatchlab.api.pagination import PageQuery, page_answer
 from dispatchlab.api.schema import operation
 from dispatchlab.api.shapes import Confirm, ConfirmBody, ConfirmCreated, Error, Host, HostPage, Launch
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
-from dispatchlab.gpu.services import ConfirmRejected, confirm_create
+from dispatchlab.gpu.services import FLAT_ARGS, FLAT_ENV, ConfirmRejected, confirm_create
 
 MAX_CONFIRM_BODY = 256 * 1024
+# {"args": {"--flag": [values]}} is three levels; a deeper body is refused before it is decoded.
+MAX_CONFIRM_NESTING = 3
+_QUOTED = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]")
+
+
+def json_nesting(raw: bytes) -> int:
+    """How deep the JSON text's arrays and objects nest, without decoding it (no recursion)."""
+    level = deepest = 0
+    for char in _NOT_BRACKET.sub(b"", _QUOTED.sub(b'""', raw)):
+        level += 1 if char in b"[{" else -1
+        deepest = max(deepest, level)
+    return deepest
 
 
 def host_json(host: GpuHost) -> Host:
@@ -123,6 +137,11 @@ def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
     caller, report = found
     if not caller.can_write(report.project):
         return error("you may read this project's reports but not start runs", 403)
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    if declared.isascii() and declared.isdigit() and int(declared) <= MAX_CONFIRM_BODY:
+        depth = json_nesting(request.body)
+        if depth > MAX_CONFIRM_NESTING:
+            return error(f"the body nests {depth} levels deep: {FLAT_ARGS}, and {FLAT_ENV}", 400)
     body = json_body(request, limit=MAX_CONFIRM_BODY)
     if isinstance(body, JsonResponse):
         return body

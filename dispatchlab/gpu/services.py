@@ -65,6 +65,32 @@ class ConfirmRejected(ValueError):
     """The confirm cannot be queued (no launch, a launch dispatchlab does not run). For people."""
 
 
+FLAT_ARGS = (
+    "'args' must be a flat object of flag to value: a string, number, true/false/null or a list of those"
+)
+FLAT_ENV = "'env' must be a flat map of variable names to strings"
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _kind_of(value: Any) -> str:
+    return (
+        "an object" if isinstance(value, dict) else "a nested list" if isinstance(value, list) else "a value"
+    )
+
+
+def check_flat_patch(args_patch: dict[str, Any] | None, env_patch: dict[str, Any] | None) -> None:
+    """ConfirmRejected unless the patches are flat. A nested value would be stored on the run and read
+    back by every task that loads it; past Python's recursion limit that read fails and the run would
+    stay `running` for ever."""
+    for flag, value in (args_patch or {}).items():
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, _SCALARS) and not isinstance(item, list) for item in items):
+            raise ConfirmRejected(f"{FLAT_ARGS} ({str(flag)[:80]} holds {_kind_of(value)})")
+    for name, value in (env_patch or {}).items():
+        if not isinstance(value, _SCALARS):
+            raise ConfirmRejected(f"{FLAT_ENV} ({str(name)[:80]} holds {_kind_of(value)})")
+
+
 # ---------------------------------------------------------------- hosts
 
 
@@ -230,6 +256,7 @@ def confirm_create(
 ) -> ConfirmRun:
     """Queue a confirm of the report's launch with its fix applied (or of `command`, as edited by a
     person). Raises ConfirmRejected with a reason a person can act on."""
+    check_flat_patch(args_patch, env_patch)
     plan = confirm_plan(report=report)
     if report.status != Report.Status.DONE:
         raise ConfirmRejected("the report is not parsed yet")

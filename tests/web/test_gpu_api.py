@@ -122,3 +122,25 @@ def test_a_read_only_token_cannot_start_a_run(client, crash, alice, acme, sent):
     key = apitoken_create(user=alice, project=acme, read_only=True)[1]
     assert confirm(client, crash.id, key, {}).status_code == 403
     assert sent == []
+
+
+def nested(depth: int, leaf: str = '"x"') -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+@pytest.mark.parametrize("depth", [2, 920, 955])
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ('{{"args": {{"--moe-runner-backend": {}}}}}', "'args' must be a flat object of flag to value"),
+        ('{{"args": {{"--speculative-config": {{"model": {}}}}}}}', "'args' must be a flat object of flag to value"),
+        ('{{"env": {{"NCCL_DEBUG": {}}}}}', "'env' must be a flat map of variable names to strings"),
+    ],
+)  # fmt: skip
+def test_nested_args_or_env_are_refused_naming_the_problem(
+    client, crash, alice_key, sent, depth, template, message
+):
+    answer = confirm(client, crash.id, alice_key, template.format(nested(depth)).encode())
+    assert answer.status_code == 400, answer.content[:200]
+    assert message in answer.json()["error"]
+    assert sent == [] and not ConfirmRun.objects.exists()

@@ -162,3 +162,58 @@ def test_a_launch_that_never_becomes_ready_is_stopped_with_its_whole_process_gro
     assert outcome["ready"] is False and "was not ready after 1 s" in outcome["stopped_by"]
     assert time.monotonic() - started < 30
     assert processes_with(TOY) == []
+
+
+def test_the_server_sees_the_workers_own_gpu_selection_and_nothing_a_launch_chose(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    show_env = "import os, sys; print('GPUS=' + os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')); sys.exit(3)"
+    config = WorkerConfig(
+        host="cpu-test",
+        launchers={"repro:moe-serve": [sys.executable, "-c", show_env]},
+        model_roots=(REPRO_MODELS_DIR.resolve(),),
+        time_limit_s=30,
+    )
+    outcome, sent = run(config, "--model-path", TOY)
+    assert "GPUS=5" in output(sent)
+    assert outcome["exit_code"] == 3
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"launch": None},
+        {"launch": ["repro:moe-serve"]},
+        {"launch": {"launcher": "repro:moe-serve", "args": [["--model-path"]], "env": {}}},
+        {"time_limit_s": "half an hour"},
+        {"concurrency": {"deep": [[[]]]}},
+    ],
+)
+def test_a_job_the_worker_cannot_read_is_answered_refused_and_nothing_runs(config, broken):
+    sent: list[tuple[str, dict[str, Any]]] = []
+    outcome = run_confirm(
+        {**job("--model-path", TOY), **broken}, config, lambda t, p: sent.append((t, p)), inventory={}
+    )
+    assert outcome["status"] == "refused"
+    assert [task for task, _ in sent] == [CONFIRM_FINISHED_TASK]
+    assert sent[0][1]["status"] == "refused" and sent[0][1]["error"]
+
+
+def test_a_job_that_breaks_the_worker_still_ends_with_a_terminal_status(monkeypatch):
+    import worker.app
+    import worker.runner
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(worker.app, "send_to_dashboard", lambda task, payload: sent.append((task, payload)))
+    monkeypatch.setitem(
+        worker.app.state, "config", WorkerConfig(host="cpu-test", launchers={}, model_roots=())
+    )
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(worker.runner, "run_confirm", broken)
+    with pytest.raises(RecursionError):
+        worker.app.confirm_task.run({"confirm_id": 11})
+    ((task, payload),) = sent
+    assert task == CONFIRM_FINISHED_TASK and payload["confirm_id"] == 11 and payload["status"] == "refused"
+    assert "RecursionError" in payload["error"]
