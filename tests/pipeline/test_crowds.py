@@ -21,7 +21,7 @@ pytestmark = pytest.mark.pipeline
 
 MAX_FAILURES = 5  # DISPATCHLAB_LOGIN_MAX_FAILURES's default, which the stack runs with
 LOCKED = "Too many failed logins"
-WRONG = "Please enter a correct username and password"
+WRONG = "Your user name and password didn't match"
 
 
 def _make_user(stack, username: str) -> None:

@@ -21,17 +21,22 @@ pytestmark = pytest.mark.pipeline
 SLOW_CLIENTS = 50
 TRICKLE_SECONDS = 20
 GET_WITHIN_SECONDS = 3.0
-TARGETS = ("/accounts/login/", "/api/v1/hooks/ci")
+# Requests that pass every check made from the headers, so the server does wait for their bodies
+# (the default body deadline gives them DISPATCHLAB_BODY_GRACE_SECONDS, longer than this test).
+TARGETS = (
+    ("/accounts/login/", "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 60000\r\n"),
+    (
+        "/api/v1/hooks/ci",
+        "Content-Type: multipart/form-data; boundary=xyz\r\nContent-Length: 1000000\r\n"
+        f"X-Dispatchlab-Project: pipeline\r\nX-Dispatchlab-Signature: sha256={'0' * 64}\r\n",
+    ),
+)
 
 
-def _open_slow_client(host: str, port: int, path: str) -> socket.socket:
+def _open_slow_client(host: str, port: int, target: tuple[str, str]) -> socket.socket:
+    path, headers = target
     sock = socket.create_connection((host, port), timeout=10)
-    sock.sendall(
-        (
-            f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
-            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000000\r\n\r\n"
-        ).encode()
-    )
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n".encode())
     return sock
 
 

@@ -213,7 +213,7 @@ def test_a_delivery_for_a_project_that_does_not_exist_is_refused_before_its_body
 def test_a_chunked_body_is_refused_once_past_the_cap_or_for_want_of_a_length(server):
     status, answer, seconds = raw_request(
         server.port,
-        hook_head(None, "sha256=" + "0" * 64, chunked=True),
+        hook_head(None, "sha256=" + "0" * 64, chunked=True, extra="X-Dispatchlab-Project: acme\r\n"),
         body_bytes=3 * HOOK_LIMIT,
         chunked=True,
     )
