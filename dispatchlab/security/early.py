@@ -42,14 +42,14 @@ SIGNATURE = re.compile(r"sha256=[0-9a-fA-F]{64}")
 # Paths whose bodies anyone may send: the login and password-reset forms (small: their limit is
 # 64 KB) and the webhook, whose signature is checked instead.
 PUBLIC_BODY_PREFIXES = ("/accounts/", "/admin/login/", HOOK_PATH)
+BEARER = (("WWW-Authenticate", "Bearer"),)
 
 
 @dataclass(frozen=True)
 class Refusal:
     status: int
     message: str
-    location: str = ""  # a redirect's target
-    retry_after: int = 0  # seconds, for 429 and 503
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def body_limit(path: str) -> int:
@@ -134,11 +134,11 @@ def hook_refusal(headers: Mapping[str, str], query: Mapping[str, str]) -> Refusa
     return None
 
 
-def _path_refusal(path: str) -> Refusal | None:
+def _path_refusal(method: str, path: str) -> Refusal | None:
     """A 404 for a path no view answers (not even with the slash appended, which would be a redirect
-    that drops the body)."""
+    that drops the body); a 405 for an API view that does not take the method."""
     try:
-        resolve(path)
+        match = resolve(path)
     except Resolver404:
         hint = ""
         if not path.endswith("/"):
@@ -148,6 +148,10 @@ def _path_refusal(path: str) -> Refusal | None:
             except Resolver404:
                 pass
         return Refusal(404, f"no such path: {path}{hint}")
+    operations = getattr(match.func, "operations", None)  # the API's views list their methods
+    if operations and method not in operations:
+        allowed = ", ".join(operations)
+        return Refusal(405, f"this endpoint answers {allowed}, not {method}", (("Allow", allowed),))
     return None
 
 
@@ -176,17 +180,17 @@ def credentials_refusal(path: str, headers: Mapping[str, str]) -> Refusal | None
     if authorization:
         scheme, _, key = authorization.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            return Refusal(401, "use 'Authorization: Bearer <token>'")
+            return Refusal(401, "use 'Authorization: Bearer <token>'", BEARER)
         try:
             apitoken_verify(key=key.strip())
         except TokenRefused as refused:
-            return Refusal(401, str(refused))
+            return Refusal(401, str(refused), BEARER)
         return None
     if _session_user_id(headers) is not None:
         return None
     if path.startswith("/api/"):
-        return Refusal(401, "authentication required: send 'Authorization: Bearer <token>'")
-    return Refusal(302, "log in first", location=f"{settings.LOGIN_URL}?next={quote(path)}")
+        return Refusal(401, "authentication required: send 'Authorization: Bearer <token>'", BEARER)
+    return Refusal(302, "log in first", headers=(("Location", f"{settings.LOGIN_URL}?next={quote(path)}"),))
 
 
 def refusal_for(
@@ -195,7 +199,7 @@ def refusal_for(
     """The refusal for a request from its method, path, lower-cased headers and query, or None."""
     if method.upper() not in BODY_METHODS:
         return None
-    refused = _path_refusal(path)
+    refused = _path_refusal(method.upper(), path)
     if refused is not None:
         return refused
     raw_length = headers.get("content-length", "")
@@ -249,10 +253,7 @@ async def _send_refusal(send: Send, refused: Refusal) -> None:
         # The body was not read (or not all of it): the connection cannot carry another request.
         (b"connection", b"close"),
     ]
-    if refused.location:
-        headers.append((b"location", refused.location.encode("latin-1")))
-    if refused.retry_after:
-        headers.append((b"retry-after", str(refused.retry_after).encode()))
+    headers += [(name.lower().encode(), value.encode("latin-1")) for name, value in refused.headers]
     await send({"type": "http.response.start", "status": refused.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -275,7 +276,7 @@ class _SpoolAccount:
                 429,
                 f"this client already sends {held:,} bytes in other requests; at most {limit:,} bytes "
                 "(DISPATCHLAB_MAX_SPOOL_BYTES_PER_CLIENT) may be on their way at once",
-                retry_after=10,
+                headers=(("Retry-After", "10"),),
             )
         self.by_client[client] = held + size
         return None
@@ -349,7 +350,7 @@ class EarlyRefusalASGI:
                 503,
                 f"the server is busy: {settings.DISPATCHLAB_WEB_MAX_IN_FLIGHT} requests in flight "
                 "(DISPATCHLAB_WEB_MAX_IN_FLIGHT); try again",
-                retry_after=max(1, int(queue_seconds)),
+                headers=(("Retry-After", str(max(1, int(queue_seconds)))),),
             )
             await _send_refusal(send, busy)
             return

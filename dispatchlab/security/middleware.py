@@ -18,10 +18,8 @@ def _refusal_response(refused: Refusal) -> JsonResponse:
     response = JsonResponse({"error": refused.message}, status=refused.status)
     # The body was not read: the connection cannot carry another request.
     response["Connection"] = "close"
-    if refused.location:
-        response["Location"] = refused.location
-    if refused.retry_after:
-        response["Retry-After"] = str(refused.retry_after)
+    for name, value in refused.headers:
+        response[name] = value
     return response
 
 

@@ -93,7 +93,10 @@ def _signed_delivery(stack, n: int) -> tuple[int, str]:
         "X-Dispatchlab-Project": "pipeline",
         "X-Dispatchlab-Delivery": f"crowd-{n}",
     }
-    request = urllib.request.Request(stack.base_url + "/api/v1/hooks/ci", body, headers, method="POST")
+    # ?wait: each holds its request (and, unpooled, a database connection) while the worker parses, as
+    # a CI job waiting for the diagnosis does.
+    url = stack.base_url + "/api/v1/hooks/ci?wait=2"
+    request = urllib.request.Request(url, body, headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, ""

@@ -257,10 +257,24 @@ def test_charlie_signing_with_his_secret_cannot_deliver_into_acme(client, acme, 
         f"{HOOK}?project=acme", body, content_type="application/json", **sign(umbrella.webhook_secret, body)
     )
     assert response.status_code == 401
-    # without the project named, his secret puts the report in his own project
-    response = client.post(HOOK, body, content_type="application/json", **sign(umbrella.webhook_secret, body))
+    # with his own project named, his secret puts the report there
+    response = client.post(
+        f"{HOOK}?project={umbrella.slug}",
+        body,
+        content_type="application/json",
+        **sign(umbrella.webhook_secret, body),
+    )
     assert Report.objects.get(id=response.json()["id"]).project == umbrella
     assert not Report.objects.filter(project=acme).exists()
+
+
+def test_a_delivery_naming_no_project_among_several_is_a_400_asking_for_the_name(
+    client, acme, umbrella, oom_log
+):
+    body = hook_body(oom_log)
+    response = client.post(HOOK, body, content_type="application/json", **sign(umbrella.webhook_secret, body))
+    assert response.status_code == 400 and "X-Dispatchlab-Project" in response.json()["error"]
+    assert not Report.objects.exists()
 
 
 def test_a_repeated_delivery_returns_the_first_report(client, acme, oom_log):
@@ -337,16 +351,21 @@ def test_the_schema_describes_the_contract(client, charlie_client):
     assert charlie_client.get("/api/schema/").json() == schema
 
 
-def test_a_delivery_finds_its_project_among_many_without_naming_it(client, acme, umbrella, oom_log):
+def test_a_delivery_among_many_projects_lands_in_the_one_it_names(client, acme, umbrella, oom_log):
     from dispatchlab.reports.models import Project
 
     for n in range(60):
         Project.objects.create(name=f"p{n}", slug=f"p{n}")
     body = hook_body(oom_log)
+    # unnamed, its body would be hashed under 62 secrets: the sender is asked to name the project
     response = client.post(HOOK, body, content_type="application/json", **sign(acme.webhook_secret, body))
+    assert response.status_code == 400 and "X-Dispatchlab-Project" in response.json()["error"]
+    response = client.post(
+        f"{HOOK}?project=acme", body, content_type="application/json", **sign(acme.webhook_secret, body)
+    )
     assert response.status_code == 201, response.content
     assert Report.objects.get(id=response.json()["id"]).project == acme
-    # naming the project still narrows the search: charlie's secret does not sign for acme
+    # charlie's secret does not sign for acme
     body = hook_body(oom_log, job="again")
     response = client.post(
         f"{HOOK}?project=acme", body, content_type="application/json", **sign(umbrella.webhook_secret, body)
