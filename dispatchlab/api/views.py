@@ -374,8 +374,9 @@ def _hook_fields(
 
 def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
     """The projects whose secret may have signed the delivery: the one the sender names (?project=<slug>
-    or X-Dispatchlab-Project), or unnamed, the one project with a secret (hook_refusal answers 400 to
-    an unnamed delivery when several have one): the body is hashed once."""
+    or X-Dispatchlab-Project), or unnamed, every project with a secret (at most
+    DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS: hook_refusal answers 400 past that). Each candidate costs an
+    HMAC over the body, all computed in the one pass that reads it."""
     wanted = named or request.headers.get("X-Dispatchlab-Project", "")
     projects = Project.objects.exclude(webhook_secret="").order_by("id")
     if wanted:
@@ -392,8 +393,8 @@ def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
         "over the raw body, or over '<timestamp>.<raw body>' when X-Dispatchlab-Timestamp (unix seconds) is "
         "sent; then deliveries older than 5 minutes are refused. X-Dispatchlab-Delivery makes a repeat "
         "return the first delivery's report. The project is named by ?project=<slug> or "
-        "X-Dispatchlab-Project; unnamed, it is the one project with a webhook secret (400 when there are "
-        "several, so that the body is hashed once). A JSON body is limited to "
+        "X-Dispatchlab-Project; unnamed, it is the project whose secret signed the body, among at most "
+        "DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS projects with a secret (400 past that). A JSON body is limited to "
         "DISPATCHLAB_MAX_JSON_BYTES (413 above it); send larger logs as multipart."
     ),
     query=HookQuery,
@@ -404,7 +405,7 @@ def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
             Created | ReportWaited,
             "Stored; with ?wait, the report as GET answers it once parsed (or when the wait ends).",
         ),
-        400: (Invalid, "Unreadable, or no project named while several have a webhook secret."),
+        400: (Invalid, "Unreadable, or no project named while too many have a webhook secret."),
         401: (
             Error,
             "Missing, malformed or bad signature, a delivery too old, or a project without a secret.",

@@ -367,6 +367,9 @@ DISPATCHLAB_STALE_CLAIM_SECONDS = env_int("DISPATCHLAB_STALE_CLAIM_SECONDS", 300
 # A report whose worker died this many times is marked failed instead of being tried again.
 DISPATCHLAB_MAX_ATTEMPTS = env_int("DISPATCHLAB_MAX_ATTEMPTS", 3, minimum=1)
 DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS = env_int("DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS", 300, minimum=1)
+# A delivery naming no project is checked against every project's secret, one HMAC each over its body
+# in one pass; with more projects than this having a secret it must name its project (400 otherwise).
+DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS = env_int("DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS", 8, minimum=1)
 
 # ---- confirm runs on GPU hosts ----
 # The worker stops a confirmed launch after this long; it must become ready within the second figure.

@@ -8,8 +8,8 @@ answered 411 (WSGI, where Django cannot read it at all).
 Refused from the headers, for POST/PUT/PATCH: a path no view answers (404), a body larger than its
 path's limit (413), a body for anything but the public forms and the webhook without a valid API token
 or session (401; a page's form: 302 to the login), a webhook delivery without a well-formed signature,
-for a project that does not exist or has no secret, or naming no project while several could have
-signed it (its body would be hashed once per project). The ASGI wrapper adds what needs the
+for a project that does not exist or has no secret, or naming no project while more than
+DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS could have signed it (its body would be hashed under each). The ASGI wrapper adds what needs the
 connection: bytes one client may have spooled at once (429), a body that arrives too slowly (408),
 and requests in flight per process (a wait, then 503).
 """
@@ -121,15 +121,17 @@ def hook_refusal(headers: Mapping[str, str], query: Mapping[str, str]) -> Refusa
                 401, f"project {named!r} has no webhook secret (manage.py webhooksecret --project)"
             )
         return None
-    # One HMAC over the body per candidate secret: with several, the sender must say which.
-    signers = Project.objects.exclude(webhook_secret="").count()
+    # Unnamed, the body is hashed under every project's secret (in its one pass): past a few the sender
+    # must say which, or one anonymous delivery would cost an HMAC of 2 GiB per project.
+    most: int = settings.DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS
+    signers = Project.objects.exclude(webhook_secret="")[: most + 1].count()
     if signers == 0:
         return Refusal(404, "no project takes deliveries yet")
-    if signers > 1:
+    if signers > most:
         return Refusal(
             400,
             "name the project the delivery is for: X-Dispatchlab-Project: <slug> or ?project=<slug> "
-            "(this server has several projects)",
+            f"(this server has more than {most} projects with a webhook secret)",
         )
     return None
 

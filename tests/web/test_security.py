@@ -279,7 +279,8 @@ def test_a_post_to_a_path_no_view_answers_is_a_404_naming_it(alice_client):
     assert "did you mean /upload/" in response.json()["error"]
 
 
-def test_a_delivery_must_name_its_project_when_several_have_a_secret(client, acme, umbrella):
+def test_a_delivery_must_name_its_project_when_too_many_have_a_secret(client, acme, umbrella, settings):
+    settings.DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS = 1
     body = b'{"log": "Traceback (most recent call last):\\nRuntimeError: x\\n"}'
     unnamed = client.post(
         HOOK,
