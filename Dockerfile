@@ -50,4 +50,5 @@ USER dispatchlab
 EXPOSE 8000
 # uvicorn: a client that sends its body slowly holds a coroutine, not a worker (deploy/README.md).
 CMD ["uvicorn", "dispatchlab.config.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--workers", "4", "--timeout-keep-alive", "5", "--lifespan", "off", "--proxy-headers"]
+     "--workers", "4", "--timeout-keep-alive", "5", "--lifespan", "off", \
+     "--http", "dispatchlab.security.deadlines:DeadlineH11Protocol", "--no-proxy-headers"]

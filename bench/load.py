@@ -42,6 +42,7 @@ class Target:
     base_url: str
     token: str
     webhook_secret: str
+    project: str = "bench"
 
 
 @dataclass
@@ -90,6 +91,7 @@ def webhook_request(target: Target, log: bytes) -> urllib.request.Request:
         "X-Dispatchlab-Timestamp": str(timestamp),
         "X-Dispatchlab-Signature": f"sha256={digest.hexdigest()}",
         "X-Dispatchlab-Delivery": secrets.token_hex(12),
+        "X-Dispatchlab-Project": target.project,
     }
     return urllib.request.Request(target.base_url + "/api/v1/hooks/ci", data=body, headers=headers)
 
@@ -185,7 +187,9 @@ def run(target: Target, args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--duration", type=float, default=60, help="seconds of load")
+    parser.add_argument(
+        "--duration", "--seconds", dest="duration", type=float, default=60, help="seconds of load"
+    )
     parser.add_argument(
         "--webhook-share", type=float, default=0.3, help="share of requests that are webhooks"
     )
@@ -196,6 +200,7 @@ def main() -> int:
     parser.add_argument("--url", help="load this running server instead of starting one")
     parser.add_argument("--token", help="with --url: a member's API token")
     parser.add_argument("--webhook-secret", default="", help="with --url: the same project's webhook secret")
+    parser.add_argument("--project", default="bench", help="with --url: the slug of that project")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -203,7 +208,7 @@ def main() -> int:
     if args.url:
         if not args.token:
             parser.error("--url needs --token")
-        target = Target(args.url.rstrip("/"), args.token, args.webhook_secret)
+        target = Target(args.url.rstrip("/"), args.token, args.webhook_secret, args.project)
     else:
         from common import BenchStack
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 ASGI_APP = "dispatchlab.config.asgi:application"
+DEADLINE_PROTOCOL = "dispatchlab.security.deadlines:DeadlineH11Protocol"
 STOP_SECONDS = 20.0
 Beat = Literal["embedded", "separate", "none"]
 
@@ -97,10 +98,13 @@ def beat_command(*, schedule: Path) -> list[str]:
 
 def web_command(*, host: str, port: int, workers: int) -> list[str]:
     """uvicorn as production runs it (deploy/README.md): keep-alive connections closed after 5 s
-    idle, Django's ASGI app without the lifespan protocol it does not speak."""
+    idle, a deadline for each request's headers (DEADLINE_PROTOCOL), forwarded headers left to
+    DISPATCHLAB_TRUSTED_PROXIES (uvicorn would trust them from any local client), Django's ASGI app
+    without the lifespan protocol it does not speak."""
     return [
         *(sys.executable, "-m", "uvicorn", ASGI_APP, "--host", host, "--port", str(port)),
         *("--workers", str(workers), "--timeout-keep-alive", "5", "--lifespan", "off", "--no-access-log"),
+        *("--http", DEADLINE_PROTOCOL, "--no-proxy-headers"),
     ]
 
 

@@ -411,11 +411,12 @@ def _hook_fields(
 
 
 def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
-    """The projects whose secret may have signed the delivery: every project, or the one the sender
-    names (?project=<slug> or X-Dispatchlab-Project), which the webhook's contract does not require.
-    Each candidate costs an HMAC over the body, all computed in the one pass that reads it."""
+    """The projects whose secret may have signed the delivery: the one the sender names (?project=<slug>
+    or X-Dispatchlab-Project), or unnamed, every project with a secret (at most
+    DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS: hook_refusal answers 400 past that). Each candidate costs an
+    HMAC over the body, all computed in the one pass that reads it."""
     wanted = named or request.headers.get("X-Dispatchlab-Project", "")
-    projects = Project.objects.order_by("id")
+    projects = Project.objects.exclude(webhook_secret="").order_by("id")
     if wanted:
         projects = projects.filter(slug=wanted)
     return dict(projects.values_list("id", "webhook_secret"))
@@ -429,8 +430,9 @@ def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
         "Signed with X-Dispatchlab-Signature: sha256=<hex HMAC-SHA256 under the project's webhook secret> "
         "over the raw body, or over '<timestamp>.<raw body>' when X-Dispatchlab-Timestamp (unix seconds) is "
         "sent; then deliveries older than 5 minutes are refused. X-Dispatchlab-Delivery makes a repeat "
-        "return the first delivery's report. The project is the one whose secret signed the body; "
-        "?project=<slug> or X-Dispatchlab-Project narrows the search. A JSON body is limited to "
+        "return the first delivery's report. The project is named by ?project=<slug> or "
+        "X-Dispatchlab-Project; unnamed, it is the project whose secret signed the body, among at most "
+        "DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS projects with a secret (400 past that). A JSON body is limited to "
         "DISPATCHLAB_MAX_JSON_BYTES (413 above it); send larger logs as multipart."
     ),
     query=HookQuery,
@@ -441,9 +443,15 @@ def _hook_candidates(request: HttpRequest, named: str) -> dict[int, str]:
             Created | ReportWaited,
             "Stored; with ?wait, the report as GET answers it once parsed (or when the wait ends).",
         ),
-        400: Invalid,
-        401: (Error, "Missing, malformed or bad signature, or a delivery too old."),
+        400: (Invalid, "Unreadable, or no project named while too many have a webhook secret."),
+        401: (
+            Error,
+            "Missing, malformed or bad signature, a delivery too old, or a project without a secret.",
+        ),
         404: (Error, "The project named by ?project or X-Dispatchlab-Project does not exist."),
+        408: (Error, "The body came too slowly (DISPATCHLAB_BODY_MIN_BYTES_PER_SECOND)."),
+        429: (Error, "This client has too many bytes on their way (DISPATCHLAB_MAX_SPOOL_BYTES_PER_CLIENT)."),
+        503: (Error, "Too many requests in flight (DISPATCHLAB_WEB_MAX_IN_FLIGHT); see Retry-After."),
         411: (Error, "Sent with Transfer-Encoding: chunked to a WSGI server: send a Content-Length."),
         413: (
             Error,

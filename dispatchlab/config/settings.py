@@ -160,9 +160,12 @@ CSRF_FAILURE_VIEW = "dispatchlab.api.errors.csrf_failure"
 # refused (even with the right password) until the window has passed since the first failure.
 DISPATCHLAB_LOGIN_MAX_FAILURES = env_int("DISPATCHLAB_LOGIN_MAX_FAILURES", 5, minimum=1)
 DISPATCHLAB_LOGIN_WINDOW_SECONDS = env_int("DISPATCHLAB_LOGIN_WINDOW_SECONDS", 900, minimum=1)
-# The request header naming the client's address when a proxy is in front (e.g. X-Real-IP); empty:
-# the connection's address.
-DISPATCHLAB_CLIENT_IP_HEADER = env_str("DISPATCHLAB_CLIENT_IP_HEADER", "")
+# The proxies in front of the web server (addresses or networks, e.g. 10.0.0.5,172.18.0.0/16); default
+# none. Only a request whose connection comes from one of them has its client's address read from
+# DISPATCHLAB_CLIENT_IP_HEADER (the last address there that is not a proxy); anyone else's header is
+# ignored, so a client cannot pick the address its login failures are counted for.
+DISPATCHLAB_TRUSTED_PROXIES = env_list("DISPATCHLAB_TRUSTED_PROXIES", [])
+DISPATCHLAB_CLIENT_IP_HEADER = env_str("DISPATCHLAB_CLIENT_IP_HEADER", "X-Forwarded-For")
 # A new API token expires after this many days unless `apitoken --days` says otherwise; 0: never.
 DISPATCHLAB_API_TOKEN_DAYS = env_int("DISPATCHLAB_API_TOKEN_DAYS", 90, minimum=0)
 
@@ -234,6 +237,18 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     _database["CONN_MAX_AGE"] = 0
+# A pool of connections per web process (PostgreSQL): a request waits up to the timeout for one
+# instead of opening its own, so a crowd of requests never passes the server's max_connections.
+# The ASGI entry point turns it on (dispatchlab/config/asgi.py); 0: no pool, a connection per thread.
+DISPATCHLAB_DB_POOL_SIZE = env_int("DISPATCHLAB_DB_POOL_SIZE", 0, minimum=0)
+DISPATCHLAB_DB_POOL_TIMEOUT_SECONDS = env_float("DISPATCHLAB_DB_POOL_TIMEOUT_SECONDS", 60.0)
+if DISPATCHLAB_DB_POOL_SIZE and _database["ENGINE"] == "django.db.backends.postgresql":
+    _database.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DISPATCHLAB_DB_POOL_SIZE,
+        "timeout": DISPATCHLAB_DB_POOL_TIMEOUT_SECONDS,
+    }
+    _database["CONN_MAX_AGE"] = 0  # a pooled connection goes back to the pool when its request ends
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -300,6 +315,32 @@ DISPATCHLAB_BODY_LIMITS: dict[str, int] = {
     "/accounts/": env_int("DISPATCHLAB_MAX_FORM_BYTES", 64 * 1024, minimum=1024),
 }
 DISPATCHLAB_BODY_LIMITS.update({k: int(v) for k, v in env_json("DISPATCHLAB_BODY_LIMITS", {}).items()})
+# Bytes of request bodies larger than FILE_UPLOAD_MAX_MEMORY_SIZE (spooled to disk while they arrive)
+# that one client may have in flight at once, per web process: past it a request is refused with 429
+# before its body is read. Default: one upload of the largest size.
+DISPATCHLAB_MAX_SPOOL_BYTES_PER_CLIENT = env_int(
+    "DISPATCHLAB_MAX_SPOOL_BYTES_PER_CLIENT", max(DISPATCHLAB_BODY_LIMITS.values()), minimum=1
+)
+# ---- slow clients and crowds (dispatchlab.security.early, dispatchlab.security.deadlines) ----
+# A connection must deliver a request's headers within this many seconds of opening (or of its
+# previous answer), else it is answered 408 and closed.
+DISPATCHLAB_HEADER_TIMEOUT_SECONDS = env_float("DISPATCHLAB_HEADER_TIMEOUT_SECONDS", 20.0)
+# A body must arrive at DISPATCHLAB_BODY_MIN_BYTES_PER_SECOND on average once the grace seconds after
+# the headers have passed, else it is answered 408 (a 2 GB upload at 16 kB/s still arrives).
+DISPATCHLAB_BODY_GRACE_SECONDS = env_float("DISPATCHLAB_BODY_GRACE_SECONDS", 30.0)
+DISPATCHLAB_BODY_MIN_BYTES_PER_SECOND = env_int("DISPATCHLAB_BODY_MIN_BYTES_PER_SECOND", 16 * 1024, minimum=1)
+# Requests one web process serves at once; those past it wait up to the queue seconds for a turn,
+# then are answered 503 with Retry-After.
+DISPATCHLAB_WEB_MAX_IN_FLIGHT = env_int("DISPATCHLAB_WEB_MAX_IN_FLIGHT", 64, minimum=1)
+DISPATCHLAB_WEB_QUEUE_SECONDS = env_float("DISPATCHLAB_WEB_QUEUE_SECONDS", 30.0)
+if (
+    min(DISPATCHLAB_HEADER_TIMEOUT_SECONDS, DISPATCHLAB_BODY_GRACE_SECONDS, DISPATCHLAB_WEB_QUEUE_SECONDS)
+    <= 0
+):
+    raise ImproperlyConfigured(
+        "DISPATCHLAB_HEADER_TIMEOUT_SECONDS, DISPATCHLAB_BODY_GRACE_SECONDS and "
+        "DISPATCHLAB_WEB_QUEUE_SECONDS must be above 0"
+    )
 # Decompressed text of one uploaded file (a .gz, a zip member) is cut off with an error past this,
 # while it is being expanded; the ratio guard of the core (1000x) stays in force below it.
 DISPATCHLAB_MAX_EXPANDED_BYTES = env_int("DISPATCHLAB_MAX_EXPANDED_BYTES", 4 * 1024**3, minimum=1024)
@@ -329,6 +370,9 @@ DISPATCHLAB_MAX_ATTEMPTS = env_int("DISPATCHLAB_MAX_ATTEMPTS", 3, minimum=1)
 # backtracking pattern would otherwise hold a worker for ever); the redaction is then refused.
 DISPATCHLAB_REDACT_TIME_LIMIT = env_int("DISPATCHLAB_REDACT_TIME_LIMIT", 120, minimum=1)
 DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS = env_int("DISPATCHLAB_WEBHOOK_MAX_AGE_SECONDS", 300, minimum=1)
+# A delivery naming no project is checked against every project's secret, one HMAC each over its body
+# in one pass; with more projects than this having a secret it must name its project (400 otherwise).
+DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS = env_int("DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS", 8, minimum=1)
 
 # ---- confirm runs on GPU hosts ----
 # The worker stops a confirmed launch after this long; it must become ready within the second figure.

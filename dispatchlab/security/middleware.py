@@ -9,20 +9,22 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from dispatchlab.security.early import BODY_METHODS, chunked_refusal, refusal_for
+from dispatchlab.security.early import BODY_METHODS, Refusal, chunked_refusal, refusal_for
 
 Handler = Callable[[HttpRequest], HttpResponse]
 
 
-def _refusal_response(status: int, message: str) -> JsonResponse:
-    response = JsonResponse({"error": message}, status=status)
+def _refusal_response(refused: Refusal) -> JsonResponse:
+    response = JsonResponse({"error": refused.message}, status=refused.status)
     # The body was not read: the connection cannot carry another request.
     response["Connection"] = "close"
+    for name, value in refused.headers:
+        response[name] = value
     return response
 
 
 class EarlyRefusalMiddleware:
-    """Answers 400/401/404/411/413 from the request's headers before request.body, POST or FILES is
+    """Answers 302/400/401/404/411/413 from the request's headers before request.body, POST or FILES is
     touched (under WSGI Django reads nothing until then)."""
 
     def __init__(self, get_response: Handler) -> None:
@@ -33,7 +35,7 @@ class EarlyRefusalMiddleware:
         headers = {name.lower(): value for name, value in request.headers.items()}
         refused = refusal_for(method, request.path, headers, request.GET)
         if refused is not None:
-            return _refusal_response(refused.status, refused.message)
+            return _refusal_response(refused)
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         if (
             method in BODY_METHODS
@@ -42,7 +44,7 @@ class EarlyRefusalMiddleware:
             and not isinstance(request, ASGIRequest)  # ASGI reads it (capped by EarlyRefusalASGI)
         ):
             refused = chunked_refusal(request.path)
-            return _refusal_response(refused.status, refused.message)
+            return _refusal_response(refused)
         return self.get_response(request)
 
 

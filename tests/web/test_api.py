@@ -337,16 +337,21 @@ def test_the_schema_describes_the_contract(client, charlie_client):
     assert charlie_client.get("/api/schema/").json() == schema
 
 
-def test_a_delivery_finds_its_project_among_many_without_naming_it(client, acme, umbrella, oom_log):
+def test_a_delivery_among_many_projects_lands_in_the_one_it_names(client, acme, umbrella, oom_log):
     from dispatchlab.reports.models import Project
 
     for n in range(60):
         Project.objects.create(name=f"p{n}", slug=f"p{n}")
     body = hook_body(oom_log)
+    # unnamed, its body would be hashed under 62 secrets (more than 8): the sender must name the project
     response = client.post(HOOK, body, content_type="application/json", **sign(acme.webhook_secret, body))
+    assert response.status_code == 400 and "X-Dispatchlab-Project" in response.json()["error"]
+    response = client.post(
+        f"{HOOK}?project=acme", body, content_type="application/json", **sign(acme.webhook_secret, body)
+    )
     assert response.status_code == 201, response.content
     assert Report.objects.get(id=response.json()["id"]).project == acme
-    # naming the project still narrows the search: charlie's secret does not sign for acme
+    # charlie's secret does not sign for acme
     body = hook_body(oom_log, job="again")
     response = client.post(
         f"{HOOK}?project=acme", body, content_type="application/json", **sign(umbrella.webhook_secret, body)

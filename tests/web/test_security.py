@@ -224,6 +224,100 @@ def test_the_limit_holds_on_redis_shared_by_every_web_process(alice, settings):
         caches["default"].clear()
 
 
+def test_a_forwarded_for_is_believed_only_from_a_trusted_proxy(alice, fresh_cache, settings):
+    settings.DISPATCHLAB_LOGIN_MAX_FAILURES = 2
+    settings.DISPATCHLAB_TRUSTED_PROXIES = ["10.1.0.0/16"]
+    client = Client()
+
+    def guess(peer: str, forwarded: str) -> str:
+        answer = client.post(
+            "/accounts/login/",
+            {"username": "alice", "password": "wrong"},
+            REMOTE_ADDR=peer,
+            HTTP_X_FORWARDED_FOR=forwarded,
+        )
+        return "locked" if "Too many failed logins" in html.unescape(answer.content.decode()) else "checked"
+
+    # From an outsider the header is ignored: every forged address is the one connection's.
+    assert [guess("192.0.2.7", f"203.0.113.{n}") for n in range(3)] == ["checked", "checked", "locked"]
+    # From the proxy each client is its own (the last hop the proxy saw, past the proxy's own hops).
+    assert guess("10.1.0.5", "198.51.100.1, 10.1.0.9") == "checked"
+    assert guess("10.1.0.5", "198.51.100.2") == "checked"
+    assert guess("10.1.0.5", "198.51.100.1") == "checked"
+    assert guess("10.1.0.5", "198.51.100.1") == "locked"
+
+
+def test_a_right_password_does_not_count_as_a_failure(alice, fresh_cache, settings):
+    settings.DISPATCHLAB_LOGIN_MAX_FAILURES = 2
+    for _ in range(4):
+        assert login(Client(), "password").status_code == 302
+    assert login(Client(), "wrong").status_code == 200
+    assert login(Client(), "password").status_code == 302
+
+
+# ---------------------------------------------------------------- refused before the body (issue 16)
+
+
+def test_an_anonymous_post_to_the_api_is_refused_before_its_body(acme):
+    response = Client().post("/api/v1/decisions", b"{}", content_type="application/json")
+    assert response.status_code == 401 and "Bearer" in response.json()["error"]
+    response = Client().post(
+        "/api/v1/reports", b"x", content_type="text/plain", HTTP_AUTHORIZATION="Bearer dl_nothing"
+    )
+    assert response.status_code == 401 and "invalid or revoked token" in response.json()["error"]
+
+
+def test_an_anonymous_form_post_is_sent_to_the_login(acme):
+    response = Client().post("/upload/", {"title": "x"})
+    assert response.status_code == 302 and response["Location"] == "/accounts/login/?next=/upload/"
+
+
+def test_a_post_to_a_path_no_view_answers_is_a_404_naming_it(alice_client):
+    response = alice_client.post("/api/v1/report", {"x": "y"})
+    assert response.status_code == 404 and "no such path: /api/v1/report" in response.json()["error"]
+    response = alice_client.post("/upload", {"x": "y"})
+    assert "did you mean /upload/" in response.json()["error"]
+
+
+def test_a_delivery_must_name_its_project_when_too_many_have_a_secret(client, acme, umbrella, settings):
+    settings.DISPATCHLAB_HOOK_UNNAMED_MAX_PROJECTS = 1
+    body = b'{"log": "Traceback (most recent call last):\\nRuntimeError: x\\n"}'
+    unnamed = client.post(
+        HOOK,
+        body,
+        content_type="application/json",
+        HTTP_X_DISPATCHLAB_SIGNATURE=signature(acme.webhook_secret, body),
+    )
+    assert unnamed.status_code == 400 and "X-Dispatchlab-Project" in unnamed.json()["error"]
+    named = client.post(
+        HOOK + "?project=acme",
+        body,
+        content_type="application/json",
+        HTTP_X_DISPATCHLAB_SIGNATURE=signature(acme.webhook_secret, body),
+    )
+    assert named.status_code == 201, named.json()
+    umbrella.webhook_secret = ""
+    umbrella.save()
+    quiet = client.post(
+        HOOK,
+        body,
+        content_type="application/json",
+        HTTP_X_DISPATCHLAB_SIGNATURE=signature("", body),
+        HTTP_X_DISPATCHLAB_PROJECT=umbrella.slug,
+    )
+    assert quiet.status_code == 401 and "no webhook secret" in quiet.json()["error"]
+    # One project with a secret left: a delivery need not name it.
+    assert (
+        client.post(
+            HOOK,
+            body,
+            content_type="application/json",
+            HTTP_X_DISPATCHLAB_SIGNATURE=signature(acme.webhook_secret, body),
+        ).status_code
+        == 201
+    )
+
+
 # ---------------------------------------------------------------- headers
 
 
