@@ -59,9 +59,13 @@ class ExpansionBudget:
             )
 
 
-_budget: contextvars.ContextVar[ExpansionBudget] = contextvars.ContextVar(
-    "expansion_budget", default=ExpansionBudget()
+_budget: contextvars.ContextVar[ExpansionBudget | None] = contextvars.ContextVar(
+    "expansion_budget", default=None
 )
+
+
+def _current_budget() -> ExpansionBudget:
+    return _budget.get() or ExpansionBudget()
 
 
 @contextlib.contextmanager
@@ -71,9 +75,10 @@ def expansion_limit(
     """Streams opened inside refuse (LogReadError) to expand past `limit_bytes` each, or past
     `report_bytes` all together, as they expand; a zip of more than `zip_members` members is refused
     before its directory is read. One block is one report's budget."""
-    token = _budget.set(ExpansionBudget(limit_bytes, report_bytes, zip_members))
+    budget = ExpansionBudget(limit_bytes, report_bytes, zip_members)
+    token = _budget.set(budget)
     try:
-        yield _budget.get()
+        yield budget
     finally:
         _budget.reset(token)
 
@@ -113,7 +118,7 @@ class _BombGuard(io.RawIOBase):
         self._limit = (
             None if not stored_bytes else max(EXPANSION_CHECK_FLOOR, stored_bytes * MAX_EXPANSION_RATIO)
         )
-        self._absolute = _budget.get().per_file
+        self._absolute = _current_budget().per_file
         self._seen = 0
 
     def readable(self) -> bool:
@@ -193,7 +198,7 @@ def _zip_member_count(path: Path) -> int | None:
 
 
 def _zip_sources(path: Path, display: str) -> list[Source]:
-    budget = _budget.get()
+    budget = _current_budget()
     try:
         declared = _zip_member_count(path)
         if declared is not None and declared > budget.zip_members:
@@ -323,7 +328,7 @@ def open_sources(paths: Sequence[str | Path]) -> list[Source]:
 def iter_chunks(source: Source) -> Iterator[bytes]:
     """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed. Every chunk ends
     with a newline."""
-    budget = _budget.get() if source.compressed else None
+    budget = _current_budget() if source.compressed else None
     with source.opener() as stream:
         carry = b""
         while True:

@@ -564,7 +564,6 @@ def report_analyze(*, report_id: int) -> Outcome:
     from celery.exceptions import SoftTimeLimitExceeded
 
     from dispatchlab.core import LogReadError, analyze_paths
-
     from dispatchlab.reports.claims import new_claim_token
 
     token = new_claim_token()
