@@ -842,8 +842,16 @@ def reports_requeue_stale() -> int:
         | Q(status=Report.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=stale)
         | Q(status=Report.Status.PARSING, claimed_at__lt=stale)
     ).values_list("id", flat=True)
+    from dispatchlab.reports.claims import claim_holder_is_dead
+
+    # Held under a fresh claim by a process that died on this machine (the worker was killed whole, so
+    # its message waits in the broker's unacknowledged set): no need to wait for the claim to go stale.
+    fresh = Report.objects.filter(status=Report.Status.PARSING, claimed_at__gte=stale)
+    dead = [
+        rid for rid, token in fresh.values_list("id", "claim_token")[:1000] if claim_holder_is_dead(token)
+    ]
     count = 0
-    for report_id in list(stuck[:1000]):
+    for report_id in [*stuck[:1000], *dead]:
         with transaction.atomic():
             report_enqueue_on_commit(report_id=report_id)
         count += 1
@@ -904,7 +912,32 @@ def reports_prune_expired(*, now: Any = None, batch: int = 500) -> int:
             deleted += 1
     if deleted:
         logger.info("retention: deleted %d reports past their project's retention", deleted)
+    reports_leftovers_sweep()
     return deleted
+
+
+def reports_leftovers_sweep() -> int:
+    """Remove what stopped parses left under MEDIA_ROOT/reports (temporary copies, scan workers' parts)
+    of reports not being parsed, and the folders of deleted reports. Returns the bytes freed."""
+    folders: dict[int, Path] = {}
+    with contextlib.suppress(FileNotFoundError):
+        folders = {int(f.name): f for f in _reports_folder().iterdir() if f.is_dir() and f.name.isdigit()}
+    if not folders:
+        return 0
+    known = dict(Report.objects.filter(id__in=list(folders)).values_list("id", "status"))
+    freed = 0
+    for report_id, folder in folders.items():
+        status = known.get(report_id)
+        if status is None:
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+            shutil.rmtree(folder, ignore_errors=True)
+        elif (
+            status != Report.Status.PARSING
+        ):  # a running parse's files are its own; a resume clears a dead one's
+            freed += _leftovers_remove(folder)
+    if freed:
+        logger.info("retention: removed %d bytes left by stopped parses", freed)
+    return freed
 
 
 # ---------------------------------------------------------------- redaction
