@@ -197,17 +197,17 @@ def bench_kill(megabytes: int) -> dict[str, Any]:
             os.kill(int(pid), signal.SIGKILL)
         database = stack.env["DISPATCHLAB_DATABASE_URL"]
         resumed = done = None
-        while done is None and time.monotonic() - killed < 900:
-            with psycopg.connect(database, autocommit=True) as connection:
+        with psycopg.connect(database, autocommit=True) as connection:  # one connection: the server is shared
+            while done is None and time.monotonic() - killed < 900:
                 status, attempts = connection.execute(
                     "SELECT status, attempts FROM reports_report WHERE id = %s", (report_id,)
                 ).fetchone()
-            now = time.monotonic() - killed
-            if resumed is None and attempts >= 2:
-                resumed = now
-            if status in ("done", "failed"):
-                done = now
-            time.sleep(0.05)
+                now = time.monotonic() - killed
+                if resumed is None and attempts >= 2:
+                    resumed = now
+                if status in ("done", "failed"):
+                    done = now
+                time.sleep(0.05)
         result = {
             "log_mb": megabytes,
             "stale_claim_seconds": 300,
