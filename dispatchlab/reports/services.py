@@ -403,23 +403,29 @@ def report_claim(*, report_id: int, token: str) -> bool:
 
     now = timezone.now()
     stale = now - timedelta(seconds=settings.DISPATCHLAB_STALE_CLAIM_SECONDS)
+    claim = {
+        "status": Report.Status.PARSING,
+        "claimed_at": now,
+        "claim_token": token,
+        "started_at": now,
+        "progress": 0.0,
+        "error": "",
+        "attempts": F("attempts") + 1,
+    }
     claimable = Q(status=Report.Status.QUEUED) | Q(status=Report.Status.PARSING, claimed_at__lt=stale)
+    if Report.objects.filter(claimable, id=report_id).update(**claim) == 1:
+        return True
     held = Report.objects.filter(id=report_id, status=Report.Status.PARSING).values_list(
         "claim_token", flat=True
     )
-    dead = [token for token in held if claim_holder_is_dead(token)]
-    if dead:
-        claimable |= Q(status=Report.Status.PARSING, claim_token=dead[0])
-    claimed = Report.objects.filter(claimable, id=report_id).update(
-        status=Report.Status.PARSING,
-        claimed_at=now,
-        claim_token=token,
-        started_at=now,
-        progress=0.0,
-        error="",
-        attempts=F("attempts") + 1,
+    holder = held.first()
+    if holder is None or not claim_holder_is_dead(holder):
+        return False
+    # Conditional on the dead holder's token: of two workers seeing it dead, one gets the report.
+    taken = Report.objects.filter(id=report_id, status=Report.Status.PARSING, claim_token=holder).update(
+        **claim
     )
-    return claimed == 1
+    return taken == 1
 
 
 def report_busy_seconds(*, report_id: int) -> float:
