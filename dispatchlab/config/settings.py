@@ -344,6 +344,12 @@ if (
 # Decompressed text of one uploaded file (a .gz, a zip member) is cut off with an error past this,
 # while it is being expanded; the ratio guard of the core (1000x) stays in force below it.
 DISPATCHLAB_MAX_EXPANDED_BYTES = env_int("DISPATCHLAB_MAX_EXPANDED_BYTES", 4 * 1024**3, minimum=1024)
+# And the decompressed text of all the compressed files of one report together (twenty small .gz files
+# each under the cap above would otherwise make a text copy twenty times it), and the members of one zip.
+DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES = env_int(
+    "DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES", DISPATCHLAB_MAX_EXPANDED_BYTES, minimum=1024
+)
+DISPATCHLAB_MAX_ZIP_MEMBERS = env_int("DISPATCHLAB_MAX_ZIP_MEMBERS", 10_000, minimum=1)
 # Stored uploads of one project (bytes as uploaded) may not pass this; 0: no quota. A project's own
 # `quota_bytes` overrides it.
 DISPATCHLAB_PROJECT_QUOTA_BYTES = env_int("DISPATCHLAB_PROJECT_QUOTA_BYTES", 0, minimum=0)

@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import gzip
 import io
+import os
 import re
 import struct
 import sys
@@ -29,25 +30,58 @@ SNIFF_BYTES = 64 * 1024
 # Decompression bombs: refuse archives that expand far beyond what logs compress to.
 MAX_EXPANSION_RATIO = 1000
 EXPANSION_CHECK_FLOOR = 256 * 1024 * 1024
-# And an absolute cap on the decompressed bytes of one stream, whatever the ratio; a caller sets its own
-# for the work it runs inside `with expansion_limit(n):` (the web passes DISPATCHLAB_MAX_EXPANDED_BYTES).
+# And absolute caps, whatever the ratio: on the decompressed bytes of one stream, on those of all the
+# compressed logs read for one report, on the members of one zip. A caller sets its own for the work it
+# runs inside `with expansion_limit(...)` (the web passes its DISPATCHLAB_MAX_* settings).
 MAX_EXPANDED_BYTES = 16 * 1024**3
-_expanded_limit: contextvars.ContextVar[int] = contextvars.ContextVar(
-    "expanded_limit", default=MAX_EXPANDED_BYTES
+MAX_ZIP_MEMBERS = 10_000
+
+
+@dataclass
+class ExpansionBudget:
+    """The caps in force, and the decompressed bytes read so far under them."""
+
+    per_file: int = MAX_EXPANDED_BYTES
+    per_report: int | None = None  # None: no cap across files (the command line)
+    zip_members: int = MAX_ZIP_MEMBERS
+    expanded: int = 0
+
+    def spend(self, size: int, name: str) -> None:
+        """Count `size` more decompressed bytes; LogReadError once they pass the report's cap."""
+        if self.per_report is None:
+            return
+        self.expanded += size
+        if self.expanded > self.per_report:
+            raise LogReadError(
+                f"{name}: the compressed logs of this report expand to more than {self.per_report:,} bytes "
+                "in all, the limit on expanded text of one report (DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES); "
+                "refused while expanding"
+            )
+
+
+_budget: contextvars.ContextVar[ExpansionBudget | None] = contextvars.ContextVar(
+    "expansion_budget", default=None
 )
 
 
+def _current_budget() -> ExpansionBudget:
+    return _budget.get() or ExpansionBudget()
+
+
 @contextlib.contextmanager
-def expansion_limit(limit_bytes: int) -> Iterator[None]:
-    """Streams opened inside refuse (LogReadError) to expand past `limit_bytes`, as they expand."""
-    token = _expanded_limit.set(limit_bytes)
+def expansion_limit(
+    limit_bytes: int, *, report_bytes: int | None = None, zip_members: int = MAX_ZIP_MEMBERS
+) -> Iterator[ExpansionBudget]:
+    """Streams opened inside refuse (LogReadError) to expand past `limit_bytes` each, or past
+    `report_bytes` all together, as they expand; a zip of more than `zip_members` members is refused
+    before its directory is read. One block is one report's budget."""
+    budget = ExpansionBudget(limit_bytes, report_bytes, zip_members)
+    token = _budget.set(budget)
     try:
-        yield
+        yield budget
     finally:
-        _expanded_limit.reset(token)
+        _budget.reset(token)
 
-
-MAX_ZIP_ENTRIES = 10_000
 
 ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
@@ -64,6 +98,7 @@ class Source:
     opener: Callable[[], BinaryIO]
     stored_bytes: int | None  # size on disk, for progress; None when unknown
     path: Path | None = None  # set for a plain uncompressed file, which can be read in segments
+    compressed: bool = False  # its bytes count against the report's expansion budget
 
 
 def _magic(head: bytes) -> str:
@@ -83,7 +118,7 @@ class _BombGuard(io.RawIOBase):
         self._limit = (
             None if not stored_bytes else max(EXPANSION_CHECK_FLOOR, stored_bytes * MAX_EXPANSION_RATIO)
         )
-        self._absolute = _expanded_limit.get()
+        self._absolute = _current_budget().per_file
         self._seen = 0
 
     def readable(self) -> bool:
@@ -134,19 +169,65 @@ def _safe_member_name(name: str) -> bool:
     return not (path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name))
 
 
+_END_OF_DIRECTORY = struct.Struct("<4s4H2LH")  # the end of central directory record
+_ZIP64_LOCATOR = struct.Struct("<4sLQL")
+_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
+
+
+def _zip_member_count(path: Path) -> int | None:
+    """The member count the archive's end record declares, read before zipfile builds an object for
+    every member of the directory (a 2 GiB directory would be millions of them). None: no such record,
+    and zipfile will say what is wrong."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        tail_start = max(0, size - (_END_OF_DIRECTORY.size + 65535))  # the record, then a comment
+        handle.seek(tail_start)
+        tail = handle.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < _END_OF_DIRECTORY.size:
+            return None
+        count = int(_END_OF_DIRECTORY.unpack_from(tail, at)[4])
+        locator_at = at - _ZIP64_LOCATOR.size
+        if count != 0xFFFF or locator_at < 0 or tail[locator_at : locator_at + 4] != b"PK\x06\x07":
+            return count
+        handle.seek(_ZIP64_LOCATOR.unpack_from(tail, locator_at)[2])
+        record = handle.read(_ZIP64_END.size)
+        if len(record) < _ZIP64_END.size or not record.startswith(b"PK\x06\x06"):
+            return count
+        return int(_ZIP64_END.unpack(record)[7])
+
+
 def _zip_sources(path: Path, display: str) -> list[Source]:
+    budget = _current_budget()
     try:
+        declared = _zip_member_count(path)
+        if declared is not None and declared > budget.zip_members:
+            raise LogReadError(
+                f"{display}: zip holds {declared:,} members, more than {budget.zip_members:,}, the limit on "
+                "members of one zip (DISPATCHLAB_MAX_ZIP_MEMBERS)"
+            )
+        # One ZipFile for every member: opening a member is then a seek, not another read of the whole
+        # directory (which made parse time grow with the square of the member count). It stays open
+        # while the sources live and is closed with them.
         archive = zipfile.ZipFile(path)
         infos = archive.infolist()
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
+    except (zipfile.BadZipFile, OSError, EOFError, struct.error) as error:
         raise LogReadError(f"{display}: not a readable zip archive ({error})") from None
-    if len(infos) > MAX_ZIP_ENTRIES:
-        raise LogReadError(f"{display}: zip holds {len(infos)} entries, more than {MAX_ZIP_ENTRIES}")
+    if len(infos) > budget.zip_members:
+        raise LogReadError(
+            f"{display}: zip holds {len(infos):,} members, more than {budget.zip_members:,}, the limit on "
+            "members of one zip (DISPATCHLAB_MAX_ZIP_MEMBERS)"
+        )
     total_stored = max(1, path.stat().st_size)
     total_expanded = sum(info.file_size for info in infos)
     if total_expanded > max(EXPANSION_CHECK_FLOOR, total_stored * MAX_EXPANSION_RATIO):
         raise LogReadError(
             f"{display}: zip expands to {total_expanded} bytes; refusing a likely decompression bomb"
+        )
+    if budget.per_report is not None and total_expanded > budget.per_report:
+        raise LogReadError(
+            f"{display}: zip says it expands to {total_expanded:,} bytes, more than {budget.per_report:,} "
+            "bytes, the limit on expanded text of one report (DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES)"
         )
     sources: list[Source] = []
     for info in infos:
@@ -158,14 +239,16 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
             raise LogReadError(f"{display}: entry {info.filename!r} is encrypted")
 
         def opener(info: zipfile.ZipInfo = info) -> BinaryIO:
-            member = zipfile.ZipFile(path).open(info)  # noqa: SIM115 - the stream owns it
+            try:
+                member = archive.open(info)
+            except (zipfile.BadZipFile, OSError, EOFError, ValueError, struct.error) as error:
+                raise LogReadError(f"{display}:{info.filename}: corrupt zip member ({error})") from None
             stream: BinaryIO = _guarded(member, f"{display}:{info.filename}", max(1, info.compress_size))  # type: ignore[arg-type]
             if info.filename.endswith(".gz"):
                 stream = _guarded(gzip.GzipFile(fileobj=stream), f"{display}:{info.filename}", info.file_size)  # type: ignore[arg-type]
             return stream
 
-        sources.append(Source(f"{display}:{info.filename}", opener, info.compress_size))
-    archive.close()
+        sources.append(Source(f"{display}:{info.filename}", opener, info.compress_size, compressed=True))
     readable = []
     for source in sources:
         with source.opener() as stream:
@@ -176,6 +259,7 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
             continue  # a screenshot or core dump next to the logs: skip it, keep the logs
         readable.append(source)
     if not readable:
+        archive.close()
         raise LogReadError(f"{display}: zip holds no text logs")
     return readable
 
@@ -203,7 +287,7 @@ def _file_sources(raw: str | Path) -> list[Source]:
 
         with gz_opener() as stream:
             _check_text(stream.read(SNIFF_BYTES), display)
-        return [Source(display, gz_opener, size)]
+        return [Source(display, gz_opener, size, compressed=True)]
     _check_text(head, display)
     return [Source(display, lambda: path.open("rb"), size, path)]
 
@@ -212,7 +296,8 @@ def _stdin_source() -> list[Source]:
     buffered = io.BufferedReader(sys.stdin.buffer.raw, buffer_size=1024 * 1024)  # type: ignore[union-attr]
     head = buffered.peek(SNIFF_BYTES)[:SNIFF_BYTES]
     stream: BinaryIO = buffered
-    if _magic(head) == "gzip":
+    compressed = _magic(head) == "gzip"
+    if compressed:
         stream = _guarded(gzip.GzipFile(fileobj=buffered), "<stdin>", None)  # type: ignore[arg-type]
         head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]
     elif _magic(head) == "zip":
@@ -227,7 +312,7 @@ def _stdin_source() -> list[Source]:
         used = True
         return stream
 
-    return [Source("<stdin>", opener, None)]
+    return [Source("<stdin>", opener, None, compressed=compressed)]
 
 
 def open_sources(paths: Sequence[str | Path]) -> list[Source]:
@@ -243,6 +328,7 @@ def open_sources(paths: Sequence[str | Path]) -> list[Source]:
 def iter_chunks(source: Source) -> Iterator[bytes]:
     """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed. Every chunk ends
     with a newline."""
+    budget = _current_budget() if source.compressed else None
     with source.opener() as stream:
         carry = b""
         while True:
@@ -252,6 +338,8 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
                 raise LogReadError(f"{source.name}: read failed ({error})") from None
             if not block:
                 break
+            if budget is not None:
+                budget.spend(len(block), source.name)
             cut = block.rfind(b"\n") + 1
             if cut == 0:
                 carry += block

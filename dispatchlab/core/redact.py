@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dispatchlab.core.reading import LogReadError, expansion_limit, iter_lines
+from dispatchlab.core.reading import MAX_ZIP_MEMBERS, LogReadError, expansion_limit, iter_lines
 
 REDACTED = "[REDACTED]"
 MAX_PATTERN_CHARS = 500
@@ -120,7 +120,11 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         )
         changed = 0
         if request.get("paths"):
-            with expansion_limit(int(request["max_expanded_bytes"])):
+            with expansion_limit(
+                int(request["max_expanded_bytes"]),
+                report_bytes=request.get("max_report_expanded_bytes"),
+                zip_members=int(request.get("max_zip_members") or MAX_ZIP_MEMBERS),
+            ):
                 changed = redact_log(request["paths"], Path(request["target"]), redactor)
         return {"ok": True, "changed": changed, "values": redactor.value(request.get("values"))}
     except (RedactionError, LogReadError) as problem:

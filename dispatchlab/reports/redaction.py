@@ -316,6 +316,8 @@ def redaction_run(*, redaction_id: int) -> RunOutcome:
                         "paths": [str(path) for path in paths],
                         "target": str(workdir / "redacted.log"),
                         "max_expanded_bytes": settings.DISPATCHLAB_MAX_EXPANDED_BYTES,
+                        "max_report_expanded_bytes": settings.DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES,
+                        "max_zip_members": settings.DISPATCHLAB_MAX_ZIP_MEMBERS,
                         "values": before,
                     },
                     limit=settings.DISPATCHLAB_REDACT_TIME_LIMIT,

@@ -19,7 +19,6 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -397,21 +396,45 @@ def _delete_stored(names: Sequence[str]) -> None:
 
 def report_claim(*, report_id: int, token: str) -> bool:
     """Take the report for parsing. True for exactly one caller: the row must be queued, or parsing
-    under a claim whose heartbeat is older than DISPATCHLAB_STALE_CLAIM_SECONDS (a dead worker)."""
+    under a claim whose heartbeat is older than DISPATCHLAB_STALE_CLAIM_SECONDS, or whose process is
+    known to be dead (killed on this machine: its task came back at once, and need not wait)."""
+    from dispatchlab.reports.claims import claim_holder_is_dead
+
     now = timezone.now()
     stale = now - timedelta(seconds=settings.DISPATCHLAB_STALE_CLAIM_SECONDS)
-    claimed = Report.objects.filter(
-        Q(status=Report.Status.QUEUED) | Q(status=Report.Status.PARSING, claimed_at__lt=stale), id=report_id
-    ).update(
-        status=Report.Status.PARSING,
-        claimed_at=now,
-        claim_token=token,
-        started_at=now,
-        progress=0.0,
-        error="",
-        attempts=F("attempts") + 1,
+    claim = {
+        "status": Report.Status.PARSING,
+        "claimed_at": now,
+        "claim_token": token,
+        "started_at": now,
+        "progress": 0.0,
+        "error": "",
+        "attempts": F("attempts") + 1,
+    }
+    claimable = Q(status=Report.Status.QUEUED) | Q(status=Report.Status.PARSING, claimed_at__lt=stale)
+    if Report.objects.filter(claimable, id=report_id).update(**claim) == 1:
+        return True
+    held = Report.objects.filter(id=report_id, status=Report.Status.PARSING).values_list(
+        "claim_token", flat=True
     )
-    return claimed == 1
+    holder = held.first()
+    if holder is None or not claim_holder_is_dead(holder):
+        return False
+    # Conditional on the dead holder's token: of two workers seeing it dead, one gets the report.
+    taken = Report.objects.filter(id=report_id, status=Report.Status.PARSING, claim_token=holder).update(
+        **claim
+    )
+    return taken == 1
+
+
+def report_busy_seconds(*, report_id: int) -> float:
+    """How long until the report's claim goes stale (and another worker may take it), plus a second."""
+    claimed_at = Report.objects.filter(id=report_id).values_list("claimed_at", flat=True).first()
+    window = settings.DISPATCHLAB_STALE_CLAIM_SECONDS
+    if claimed_at is None:
+        return float(window + 1)
+    left = (claimed_at + timedelta(seconds=window) - timezone.now()).total_seconds()
+    return min(float(window), max(0.0, left)) + 1.0
 
 
 def _heartbeat(*, report_id: int, token: str, progress: float) -> None:
@@ -489,9 +512,48 @@ def _readable(text: str, workdir: Path) -> str:
     return out.replace(prefix, "")
 
 
+def _reports_folder() -> Path:
+    return Path(settings.MEDIA_ROOT) / "reports"
+
+
 def _line_index_paths(report_id: int) -> tuple[Path, Path]:
-    folder = Path(settings.MEDIA_ROOT) / "reports" / str(report_id)
+    folder = _reports_folder() / str(report_id)
     return folder / "text.log", folder / "lines.idx"
+
+
+def _is_leftover(path: Path) -> bool:
+    """A parse's temporary text copy or index, or its scan workers' parts folder."""
+    return path.name.endswith(".tmp") or path.name.startswith(".parts-")
+
+
+def _leftovers_remove(folder: Path) -> int:
+    """Remove what a parse that stopped (killed, refused, failed) left in a report's folder; bytes freed."""
+    freed = 0
+    with contextlib.suppress(FileNotFoundError):
+        for entry in folder.iterdir():
+            if not _is_leftover(entry):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                freed += sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    freed += entry.stat().st_size
+                    entry.unlink()
+    return freed
+
+
+@contextlib.contextmanager
+def _upload_limits() -> Iterator[None]:
+    """The expansion caps of DISPATCHLAB_MAX_* for the logs read inside: one report's budget."""
+    from dispatchlab.core.reading import expansion_limit
+
+    with expansion_limit(
+        settings.DISPATCHLAB_MAX_EXPANDED_BYTES,
+        report_bytes=settings.DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES,
+        zip_members=settings.DISPATCHLAB_MAX_ZIP_MEMBERS,
+    ):
+        yield
 
 
 def _fail(*, report_id: int, token: str, reason: str) -> Outcome:
@@ -507,8 +569,9 @@ def report_analyze(*, report_id: int) -> Outcome:
     from celery.exceptions import SoftTimeLimitExceeded
 
     from dispatchlab.core import LogReadError, analyze_paths
+    from dispatchlab.reports.claims import new_claim_token
 
-    token = uuid.uuid4().hex
+    token = new_claim_token()
     if not report_claim(report_id=report_id, token=token):
         status = Report.objects.filter(id=report_id).values_list("status", flat=True).first()
         if status is None:
@@ -540,16 +603,20 @@ def report_analyze(*, report_id: int) -> Outcome:
         _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE * share)
 
     workdir = Path(tempfile.mkdtemp(prefix=f"dispatchlab-report-{report_id}-"))
+    text_path, index_path = _line_index_paths(report_id)
+    # One read: the parse writes the log viewer's copy and index aside, swapped in after, so a page
+    # reading the old copy during a re-match never sees half a file.
+    tmp_text, tmp_index = text_path.with_suffix(".log.tmp"), index_path.with_suffix(".idx.tmp")
+    # A worker killed mid-parse left its copy and its scan workers' parts here: ours now (we hold the claim).
+    freed = _leftovers_remove(text_path.parent)
+    if freed:
+        logger.info("report %s: removed %d bytes a stopped parse left behind", report_id, freed)
     heartbeat = _Heartbeat(report_id=report_id, token=token)
     heartbeat.start()
     try:
-        with _local_copies(report, workdir) as paths:
+        with _local_copies(report, workdir) as paths, _upload_limits():
             started = time.monotonic()
-            text_path, index_path = _line_index_paths(report_id)
             text_path.parent.mkdir(parents=True, exist_ok=True)
-            # One read: the parse writes the log viewer's copy and index aside, swapped in after, so a
-            # page reading the old copy during a re-match never sees half a file.
-            tmp_text, tmp_index = text_path.with_suffix(".log.tmp"), index_path.with_suffix(".idx.tmp")
             document = analyze_paths(paths, progress=progress, line_index=(tmp_text, tmp_index))
             parse_seconds = time.monotonic() - started
             _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE)
@@ -584,6 +651,10 @@ def report_analyze(*, report_id: int) -> Outcome:
     finally:
         heartbeat.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+        # Swapped in on success; on any failure (a refused bomb wrote up to its cap) nothing stays.
+        for leftover in (tmp_text, tmp_index):
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
 
     outcome = _report_store(
         report_id=report_id,
@@ -779,8 +850,16 @@ def reports_requeue_stale() -> int:
         | Q(status=Report.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=stale)
         | Q(status=Report.Status.PARSING, claimed_at__lt=stale)
     ).values_list("id", flat=True)
+    from dispatchlab.reports.claims import claim_holder_is_dead
+
+    # Held under a fresh claim by a process that died on this machine (the worker was killed whole, so
+    # its message waits in the broker's unacknowledged set): no need to wait for the claim to go stale.
+    fresh = Report.objects.filter(status=Report.Status.PARSING, claimed_at__gte=stale)
+    dead = [
+        rid for rid, token in fresh.values_list("id", "claim_token")[:1000] if claim_holder_is_dead(token)
+    ]
     count = 0
-    for report_id in list(stuck[:1000]):
+    for report_id in [*stuck[:1000], *dead]:
         with transaction.atomic():
             report_enqueue_on_commit(report_id=report_id)
         count += 1
@@ -841,4 +920,29 @@ def reports_prune_expired(*, now: Any = None, batch: int = 500) -> int:
             deleted += 1
     if deleted:
         logger.info("retention: deleted %d reports past their project's retention", deleted)
+    reports_leftovers_sweep()
     return deleted
+
+
+def reports_leftovers_sweep() -> int:
+    """Remove what stopped parses left under MEDIA_ROOT/reports (temporary copies, scan workers' parts)
+    of reports not being parsed, and the folders of deleted reports. Returns the bytes freed."""
+    folders: dict[int, Path] = {}
+    with contextlib.suppress(FileNotFoundError):
+        folders = {int(f.name): f for f in _reports_folder().iterdir() if f.is_dir() and f.name.isdigit()}
+    if not folders:
+        return 0
+    known = dict(Report.objects.filter(id__in=list(folders)).values_list("id", "status"))
+    freed = 0
+    for report_id, folder in folders.items():
+        status = known.get(report_id)
+        if status is None:
+            freed += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+            shutil.rmtree(folder, ignore_errors=True)
+        elif (
+            status != Report.Status.PARSING
+        ):  # a running parse's files are its own; a resume clears a dead one's
+            freed += _leftovers_remove(folder)
+    if freed:
+        logger.info("retention: removed %d bytes left by stopped parses", freed)
+    return freed

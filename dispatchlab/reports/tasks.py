@@ -29,14 +29,10 @@ BUSY_RECHECKS = 3
 # Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
 @shared_task(name="reports.analyze", bind=True, max_retries=5, **REDELIVERED_UNTIL_DONE)
 def report_analyze_task(self: Any, report_id: int) -> str:
-    from django.conf import settings
 
-    from dispatchlab.core.reading import expansion_limit
-    from dispatchlab.reports.services import Outcome, report_analyze
+    from dispatchlab.reports.services import Outcome, report_analyze, report_busy_seconds
 
-    # Compressed uploads are cut off (a failed report naming the limit) as they expand past it.
-    with expansion_limit(settings.DISPATCHLAB_MAX_EXPANDED_BYTES):
-        outcome = report_analyze(report_id=int(report_id))
+    outcome = report_analyze(report_id=int(report_id))
     if outcome in (Outcome.DONE, Outcome.FAILED):
         from dispatchlab.gpu.services import confirm_report_parsed
 
@@ -49,9 +45,9 @@ def report_analyze_task(self: Any, report_id: int) -> str:
         # decision records linked to its fingerprint and signatures.
         decisions_report_parsed(report_id=int(report_id))
     if outcome == Outcome.BUSY and self.request.retries < BUSY_RECHECKS:
-        # Another worker holds the claim; if it died (this message may be its redelivery), the claim
-        # goes stale and the next look takes the report over.
-        raise self.retry(countdown=settings.DISPATCHLAB_STALE_CLAIM_SECONDS + 1, max_retries=BUSY_RECHECKS)
+        # Another worker holds the claim (a holder killed on this machine would have been taken over
+        # already); look again the moment the claim goes stale, which a dead holder's does.
+        raise self.retry(countdown=report_busy_seconds(report_id=int(report_id)), max_retries=BUSY_RECHECKS)
     return outcome.value
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from dispatchlab.core import LogReadError, parse_paths
 from dispatchlab.core.lineindex import LineIndex, write_line_index
-from dispatchlab.core.reading import iter_lines
+from dispatchlab.core.reading import expansion_limit, iter_lines
 
 from .helpers import LOGS, run_cli
 
@@ -192,3 +192,64 @@ def test_the_parse_writes_the_viewers_copy_and_index_in_the_same_read(
         assert [t for t, _ in index.read_lines(first, 2)] == expected
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["big.log", "copy.idx", "copy.txt"], "the workers' shares of the text were left behind"
+
+
+def _zip_of_members(path: Path, members: int) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for n in range(members):
+            zf.writestr(f"rank{n}.log", f"[2026-01-01 00:00:00 TP{n}] worker {n} started\n")
+    return path
+
+
+def test_a_zip_of_many_members_reads_its_directory_once_and_each_member_a_fixed_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Reading the central directory again for every member made a 10,000-member zip take 665 s.
+    path = _zip_of_members(tmp_path / "ranks.zip", 300)
+    directories_read, members_opened = 0, 0
+    real_init, real_open = zipfile.ZipFile.__init__, zipfile.ZipFile.open
+
+    def counting_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal directories_read
+        directories_read += 1
+        real_init(self, *args, **kwargs)
+
+    def counting_open(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal members_opened
+        members_opened += 1
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "__init__", counting_init)
+    monkeypatch.setattr(zipfile.ZipFile, "open", counting_open)
+    document = parse_paths([path])
+    assert len(document["sources"]) == 300 and document["line_count"] == 300
+    assert directories_read == 1
+    assert members_opened <= 2 * 300  # a look at its first bytes, then the read
+
+
+def test_a_zip_with_more_members_than_the_limit_is_refused_naming_it(tmp_path: Path):
+    path = _zip_of_members(tmp_path / "ranks.zip", 30)
+    with expansion_limit(1024**3, zip_members=20), pytest.raises(LogReadError) as refused:
+        parse_paths([path])
+    assert "30 members" in str(refused.value) and "DISPATCHLAB_MAX_ZIP_MEMBERS" in str(refused.value)
+    assert len(parse_paths([path])["sources"]) == 30  # the default limit lets it through
+
+
+def test_logs_that_together_expand_past_the_report_limit_are_refused_naming_it(tmp_path: Path):
+    line = b"[2026-05-24 00:51:02 TP0] Decode batch. #running-req: 1, #token: 811\n"
+    paths = []
+    for n in range(20):
+        path = tmp_path / f"rank{n}.log.gz"
+        path.write_bytes(gzip.compress(line * (1024 * 1024 // len(line)), compresslevel=6))
+        paths.append(path)
+    read = 0
+    with (
+        expansion_limit(4 * 1024 * 1024, report_bytes=8 * 1024 * 1024),
+        pytest.raises(LogReadError) as refused,
+    ):
+        for text in iter_lines(paths):
+            read += len(text) + 1
+    assert "8,388,608 bytes" in str(refused.value) and "DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES" in str(
+        refused.value
+    )
+    assert read <= 8 * 1024 * 1024  # stopped at the cap, not after expanding all twenty

@@ -11,6 +11,7 @@ DISPATCHLAB_TEST_REDIS_URL (default redis://127.0.0.1:6379/15) and DISPATCHLAB_T
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -192,13 +193,13 @@ def _wait_until(check: Any, what: str, timeout: float, log: Path | None = None) 
 _stop = stop_process
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextlib.contextmanager
+def started_stack(folder: Path, **settings: str) -> Iterator[Stack]:
+    """A stack on a fresh database, its data under `folder`; `settings` are DISPATCHLAB_* overrides."""
     _require_services()
     run_id = secrets.token_hex(4)
     database = f"dispatchlab_pipeline_{run_id}"
     database_url = create_database(POSTGRES_URL, database)
-    folder = tmp_path_factory.mktemp("pipeline")
     queue = f"dispatchlab-pipeline-{run_id}"
     env = stack_env(
         data_dir=folder,
@@ -210,9 +211,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         DISPATCHLAB_SECRET_KEY=secrets.token_urlsafe(40),
         DISPATCHLAB_DEBUG="false",
         DISPATCHLAB_ALLOWED_HOSTS="127.0.0.1,localhost",
-        DISPATCHLAB_STALE_CLAIM_SECONDS=str(STALE_SECONDS),
         # A backtracking redaction pattern is stopped after this long (tests/pipeline/test_redaction.py).
-        DISPATCHLAB_REDACT_TIME_LIMIT="3",
+        **{
+            "DISPATCHLAB_STALE_CLAIM_SECONDS": str(STALE_SECONDS),
+            "DISPATCHLAB_REDACT_TIME_LIMIT": "3",
+            **settings,
+        },
     )
     running = None
     try:
@@ -239,6 +243,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             running.close()
         drop_database(POSTGRES_URL, database)
         forget_redis_keys(REDIS_URL, run_id)
+
+
+@pytest.fixture(scope="session")
+def stack_with() -> Any:
+    """`with stack_with(folder, DISPATCHLAB_X="..."):` a stack of its own, for settings the shared one lacks."""
+    return started_stack
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with started_stack(tmp_path_factory.mktemp("pipeline")) as running:
+        yield running
 
 
 @pytest.fixture

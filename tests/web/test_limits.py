@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,60 @@ def test_an_upload_over_the_expanded_cap_is_a_failed_report_naming_the_limit(
     assert not report.text_path
     text_copies = list(Path(settings.MEDIA_ROOT).rglob("text.log*"))
     assert all(path.stat().st_size <= 4 * 1024 * 1024 for path in text_copies)
+
+
+def leftovers(folder: Path) -> list[str]:
+    """What a parse may leave behind under the data folder: temporary copies and scan workers' parts."""
+    return sorted(
+        str(path.relative_to(folder))
+        for path in folder.rglob("*")
+        if path.name.endswith(".tmp") or path.name.startswith(".parts-")
+    )
+
+
+def test_a_refused_bomb_leaves_no_temporary_text_copy_behind(
+    alice, acme, make_upload, settings, django_capture_on_commit_callbacks
+):
+    settings.DISPATCHLAB_MAX_EXPANDED_BYTES = 4 * 1024 * 1024
+    with django_capture_on_commit_callbacks(execute=True):
+        report, _ = report_submit(
+            project=acme, user=alice, files=[make_upload("crash.log.gz", gz_bomb(32 * 1024 * 1024))]
+        )
+    report.refresh_from_db()
+    assert report.status == Report.Status.FAILED and "DISPATCHLAB_MAX_EXPANDED_BYTES" in report.error
+    assert leftovers(Path(settings.MEDIA_ROOT)) == []
+
+
+def test_many_small_gz_files_that_together_pass_the_report_cap_are_refused_naming_it(
+    alice, acme, make_upload, settings, django_capture_on_commit_callbacks
+):
+    # each of the twenty is under the per-file cap; together they would make a text copy 20x its size
+    settings.DISPATCHLAB_MAX_EXPANDED_BYTES = 4 * 1024 * 1024
+    settings.DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES = 8 * 1024 * 1024
+    files = [make_upload(f"rank{n}.log.gz", gz_bomb(1024 * 1024 + n)) for n in range(20)]
+    with django_capture_on_commit_callbacks(execute=True):
+        report, _ = report_submit(project=acme, user=alice, files=files)
+    report.refresh_from_db()
+    assert report.status == Report.Status.FAILED
+    assert "8,388,608 bytes" in report.error and "DISPATCHLAB_MAX_REPORT_EXPANDED_BYTES" in report.error
+    assert not report.text_path and leftovers(Path(settings.MEDIA_ROOT)) == []
+
+
+def test_a_zip_with_more_members_than_the_limit_is_a_failed_report_naming_it(
+    alice, acme, make_upload, settings, django_capture_on_commit_callbacks
+):
+    settings.DISPATCHLAB_MAX_ZIP_MEMBERS = 10
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        for n in range(11):
+            zf.writestr(f"rank{n}.log", LINE)
+    with django_capture_on_commit_callbacks(execute=True):
+        report, _ = report_submit(
+            project=acme, user=alice, files=[make_upload("ranks.zip", archive.getvalue())]
+        )
+    report.refresh_from_db()
+    assert report.status == Report.Status.FAILED
+    assert "11 members" in report.error and "DISPATCHLAB_MAX_ZIP_MEMBERS" in report.error
 
 
 def test_a_body_over_an_endpoints_limit_is_refused_by_its_declared_length(alice, acme, settings):

@@ -63,3 +63,22 @@ def test_a_report_being_parsed_waits_for_the_next_run(acme, make_report, setting
     busy = aged(make_report(acme, status=Report.Status.PARSING), 5)
     assert reports_prune_expired_task() == 0
     assert Report.objects.filter(id=busy.id).exists()
+
+
+def left_by_a_stopped_parse(report_id: int) -> Path:
+    folder = Path(django_settings.MEDIA_ROOT) / "reports" / str(report_id)
+    (folder / ".parts-x1y2").mkdir(parents=True)
+    (folder / ".parts-x1y2" / "part-0").write_bytes(b"x" * 1000)
+    (folder / "text.log.tmp").write_bytes(b"y" * 1000)
+    (folder / "text.log").write_bytes(b"the viewer's copy\n")
+    return folder
+
+
+def test_the_pruning_run_sweeps_what_killed_and_refused_parses_left_but_not_a_running_one(acme, make_report):
+    finished = left_by_a_stopped_parse(make_report(acme).id)
+    running = left_by_a_stopped_parse(make_report(acme, status=Report.Status.PARSING).id)
+    orphan = left_by_a_stopped_parse(987654)  # its report was deleted
+    assert reports_prune_expired_task() == 0  # retention is off: no report goes, the leftovers do
+    assert sorted(p.name for p in finished.iterdir()) == ["text.log"]
+    assert sorted(p.name for p in running.iterdir()) == [".parts-x1y2", "text.log", "text.log.tmp"]
+    assert not orphan.exists()

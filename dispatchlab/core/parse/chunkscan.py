@@ -9,6 +9,7 @@ import itertools
 import os
 import pickle
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -245,11 +246,25 @@ def _worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int, 
         out.flush()
 
 
+def _die_with_parent(parent: int) -> None:
+    """A parse killed with SIGKILL takes its scan workers along: left running they would write parts of
+    the text copy into a folder the resumed parse is clearing, and hold the CPU it needs."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
+
+
 def _fork_worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int) -> tuple[int, BinaryIO]:
     read_end, write_end = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: scan, send, and leave without running the parent's cleanup
         os.close(read_end)
+        _die_with_parent(parent)
         code = 0
         try:
             with os.fdopen(write_end, "wb") as out:
