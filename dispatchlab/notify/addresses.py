@@ -19,7 +19,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # AWS/GCP/Azure/OpenStack/DigitalOcean, AWS over IPv6, Alibaba, Oracle's second one.
 METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.169.253")
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.169.253")
 )
 NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
 SETTING = "DISPATCHLAB_NOTIFY_ALLOW_NETWORKS"

@@ -763,7 +763,7 @@ def test_the_name_is_resolved_once_and_the_request_goes_to_that_address_with_its
     resolver.lookups.clear()
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
     assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.DELIVERED
-    assert resolver.lookups == ["hook.example.test"]
+    assert resolver.lookups.count("hook.example.test") == 1
     assert receiver.requests[0]["headers"]["Host"] == f"hook.example.test:{port}"
 
 
@@ -814,7 +814,7 @@ def test_the_endpoints_answer_is_not_stored_nor_shown_only_its_status(
     land(b"one\n")
     attempt = Delivery.objects.get().attempt_rows.get()
     assert attempt.status_code == 404 and attempt.error == "HTTP 404 Not Found"
-    stored = json.dumps(list(Delivery.objects.values())) + json.dumps(
+    stored = json.dumps(list(Delivery.objects.values()), default=str) + json.dumps(
         list(Attempt.objects.values()), default=str
     )
     assert "internal-secret" not in stored
