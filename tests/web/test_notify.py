@@ -720,7 +720,7 @@ def test_an_operator_allows_the_internal_chat_servers_network_but_never_the_meta
 def test_the_notifyendpoint_command_refuses_a_link_local_address(acme):
     from django.core.management.base import CommandError
 
-    with pytest.raises(CommandError, match="url: 169.254.10.1 is a link-local address"):
+    with pytest.raises(CommandError, match=r"url: 169\.254\.10\.1 is a link-local address"):
         call_command(
             "notifyendpoint", "--project", "acme", "--url", "http://169.254.10.1/h", "--event", "group.new"
         )
@@ -770,8 +770,21 @@ def test_the_name_is_resolved_once_and_the_request_goes_to_that_address_with_its
 def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={name}"]
-        + ["-addext", f"subjectAltName=DNS:{name}", "-keyout", str(key), "-out", str(cert)],
+        [
+            *(
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                f"/CN={name}",
+            ),
+            *("-addext", f"subjectAltName=DNS:{name}", "-keyout", str(key), "-out", str(cert)),
+        ],
         check=True,
         capture_output=True,
     )
