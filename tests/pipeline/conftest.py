@@ -211,6 +211,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         DISPATCHLAB_DEBUG="false",
         DISPATCHLAB_ALLOWED_HOSTS="127.0.0.1,localhost",
         DISPATCHLAB_STALE_CLAIM_SECONDS=str(STALE_SECONDS),
+        # The webhooks of the notify tests listen on loopback, which deliveries refuse by default.
+        DISPATCHLAB_NOTIFY_ALLOW_NETWORKS="127.0.0.0/8",
     )
     running = None
     try:
