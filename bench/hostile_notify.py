@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -166,6 +167,10 @@ class Stack(BenchStack):
         client.close()
 
 
+def _say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
 def _figures(times: list[float]) -> str:
     return f"median {statistics.median(times):.2f} s, max {max(times):.2f} s"
 
@@ -181,81 +186,90 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     os.environ["DISPATCHLAB_NOTIFY_ALLOW_NETWORKS"] = "127.0.0.0/8"  # the endpoints below are on loopback
     held: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="hostile-notify-") as folder:
-        stack = Stack(args.stack, Path(folder), concurrency=2)
-        dribbler = Dribbler(args.every)
+    folder = Path(tempfile.mkdtemp(prefix="hostile-notify-"))
+    stack = Stack(args.stack, Path(folder), concurrency=2)
+    dribbler = Dribbler(args.every)
+    try:
+        quiet = stack.project("quiet", [])
+        stack.upload_until_done(quiet)  # warm
+        baseline = [stack.upload_until_done(quiet) for _ in range(args.uploads)]
+        print(f"upload -> done, no notifications:           {_figures(baseline)}")
+
+        stack.project("slow", [dribbler.url + "/a", dribbler.url + "/b"])
+        stack.send_test_events("slow", rounds=args.uploads)
+        deadline = time.monotonic() + 60
+        while not dribbler.received and time.monotonic() < deadline:
+            time.sleep(0.1)
+        dribbled = []
+        slow = []
+        for _ in range(args.uploads):
+            slow.append(stack.upload_until_done(quiet))
+            dribbled.append(dribbler.open)
+        print(f"upload -> done, slow endpoint (1 B / {args.every:g} s): {_figures(slow)}")
+        ratio = statistics.median(slow) / statistics.median(baseline)
+        print(
+            f"  ratio of medians {ratio:.2f}; deliveries being dribbled as each report finished: {dribbled}"
+        )
+        if all(dribbled):
+            held.append("every report finished while a delivery was being dribbled")
+        deadline = time.monotonic() + 60  # let the first attempts reach their deadline
+        while (
+            sum(r["status"] == "failed" for r in stack.deliveries("slow")) < 2 and time.monotonic() < deadline
+        ):
+            time.sleep(1)
+        rows = stack.deliveries("slow")
+        finished = [r for r in rows if r["status"] == "failed"]
+        timed_out = [r for r in finished if r["error"].startswith("timed out after")]
+        print(
+            f"  slow deliveries: {len(rows)}, failed so far {len(finished)} "
+            f"({len(timed_out)} timed out at the deadline), requests received {len(dribbler.received)}"
+        )
+        if timed_out and len(set(dribbler.received)) == len(dribbler.received):
+            held.append("each slow attempt ended at the total deadline and no delivery id came twice")
+
+        # ---- kill -9 during a delivery
+        holder = Dribbler(args.every)
         try:
-            quiet = stack.project("quiet", [])
-            stack.upload_until_done(quiet)  # warm
-            baseline = [stack.upload_until_done(quiet) for _ in range(args.uploads)]
-            print(f"upload -> done, no notifications:           {_figures(baseline)}")
-
-            stack.project("slow", [dribbler.url + "/a", dribbler.url + "/b"])
-            stack.send_test_events("slow", rounds=args.uploads)
+            stack.project("killed", [holder.url + "/hook"])
+            # the slow endpoints go: their queued deliveries find nothing to send
+            stack.shell(
+                "from dispatchlab.notify.models import Endpoint\n"
+                "Endpoint.objects.filter(project__slug='slow').delete()"
+            )
+            stack.send_test_events("killed", rounds=1)
             deadline = time.monotonic() + 60
-            while not dribbler.received and time.monotonic() < deadline:
+            while not holder.received and time.monotonic() < deadline:
                 time.sleep(0.1)
-            dribbled = []
-            slow = []
-            for _ in range(args.uploads):
-                slow.append(stack.upload_until_done(quiet))
-                dribbled.append(dribbler.open)
-            print(f"upload -> done, slow endpoint (1 B / {args.every:g} s): {_figures(slow)}")
-            ratio = statistics.median(slow) / statistics.median(baseline)
+            _say(f"the held endpoint received {len(holder.received)} request(s)")
+            pool = stack.notify_pool()
+            for pid in pool:
+                os.kill(pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            print(f"killed -9 the notify worker's pool {pool} while the endpoint held the request")
+            _say("waiting for the killed delivery to be recorded")
+            while stack.deliveries("killed")[0]["status"] in ("pending", "sending"):
+                if time.monotonic() - killed_at > 180:
+                    break
+                time.sleep(1)
+            stack.send_task("notify.requeue_stale", [])  # what beat runs every minute
+            time.sleep(5)
+            row = stack.deliveries("killed")[0]
             print(
-                f"  ratio of medians {ratio:.2f}; deliveries being dribbled as each report finished: {dribbled}"
+                f"  after {time.monotonic() - killed_at:.0f} s: delivery {row['status']} after "
+                f"{row['attempts']} attempt(s) ({row['error'][:90]}...); the endpoint received it "
+                f"{len(holder.received)} time(s)"
             )
-            if all(dribbled):
-                held.append("every report finished while a delivery was being dribbled")
-            rows = stack.deliveries("slow")
-            finished = [r for r in rows if r["status"] == "failed"]
-            timed_out = [r for r in finished if r["error"].startswith("timed out after")]
-            print(
-                f"  slow deliveries so far: {len(rows)}, failed {len(finished)} "
-                f"({len(timed_out)} timed out at the deadline), requests received {len(dribbler.received)}"
-            )
-            if timed_out and len(set(dribbler.received)) == len(dribbler.received):
-                held.append("each slow attempt ended at the total deadline and no delivery id came twice")
-
-            # ---- kill -9 during a delivery
-            holder = Dribbler(args.every)
-            try:
-                stack.project("killed", [holder.url + "/hook"])
-                # pause the slow endpoints: their queued deliveries are skipped, the one in flight ends
-                stack.shell(
-                    "from django.utils import timezone\nfrom dispatchlab.notify.models import Endpoint\n"
-                    "Endpoint.objects.filter(project__slug='slow').update(paused_at=timezone.now())"
-                )
-                while any(r["status"] in ("pending", "sending") for r in stack.deliveries("slow")):
-                    time.sleep(1)
-                stack.send_test_events("killed", rounds=1)
-                deadline = time.monotonic() + 60
-                while not holder.received and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                pool = stack.notify_pool()
-                for pid in pool:
-                    os.kill(pid, signal.SIGKILL)
-                killed_at = time.monotonic()
-                print(f"killed -9 the notify worker's pool {pool} while the endpoint held the request")
-                while stack.deliveries("killed")[0]["status"] in ("pending", "sending"):
-                    if time.monotonic() - killed_at > 180:
-                        break
-                    time.sleep(1)
-                stack.send_task("notify.requeue_stale", [])  # what beat runs every minute
-                time.sleep(5)
-                row = stack.deliveries("killed")[0]
-                print(
-                    f"  after {time.monotonic() - killed_at:.0f} s: delivery {row['status']} after "
-                    f"{row['attempts']} attempt(s) ({row['error'][:90]}...); the endpoint received it "
-                    f"{len(holder.received)} time(s)"
-                )
-                if len(holder.received) == 1 and row["status"] == "failed":
-                    held.append("the killed delivery was recorded as interrupted and received once")
-            finally:
-                holder.close()
+            if len(holder.received) == 1 and row["status"] == "failed":
+                held.append("the killed delivery was recorded as interrupted and received once")
         finally:
-            dribbler.close()
-            stack.close()
+            holder.close()
+    finally:
+        dribbler.close()
+        stack.close()
+    if len(held) == 3:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        print(f"the stack's logs are kept in {folder}")
     print("held:" if held else "nothing held")
     for line in held:
         print(f"  - {line}")
