@@ -76,8 +76,7 @@ class SendOutcome(enum.StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"  # the endpoint is paused
     FINISHED = "finished"  # already delivered, failed or skipped: nothing to do
-    BUSY = "busy"  # another worker holds a fresh claim
-    LOST = "lost"  # our claim was taken over while we sent
+    LOST = "lost"  # our claim was recorded as interrupted while we sent (we outlived the stale time)
     MISSING = "missing"  # the delivery (or its endpoint) was deleted
 
 
@@ -478,7 +477,9 @@ def _endpoint_failed(endpoint_id: int, error: str) -> None:
 
 def delivery_send(*, delivery_id: int) -> SendOutcome:
     """Claim the delivery and make one attempt. Raises DeliveryUnavailable when the endpoint could not
-    take it now and attempts are left (the attempt is recorded first)."""
+    take it now and attempts are left (the attempt is recorded first), DeliveryBusy when another worker
+    claimed an attempt that is not stale yet. A stale claim is the attempt of a worker that died: it is
+    recorded as interrupted, not sent again."""
     token = uuid.uuid4().hex
     if not _claim(delivery_id, token):
         row = Delivery.objects.filter(id=delivery_id).values("status", "claimed_at", "claim_token").first()
