@@ -2,9 +2,10 @@
 
 Migrates the database (SQLite under DISPATCHLAB_DATA_DIR unless DISPATCHLAB_DATABASE_URL says
 otherwise), creates the first user and project when there is none and prints the login, then starts
-the stack of `dispatchlab.stack`: a real Celery worker process (with the embedded beat that re-sends
-lost messages) on the configured broker (kombu's filesystem transport by default) and uvicorn serving
-the ASGI app, as production does. DEBUG stays off unless DISPATCHLAB_DEBUG says otherwise (a missing
+the stack of `dispatchlab.stack`: a real Celery worker process that parses (with the embedded beat that
+re-sends lost messages), a notify worker that sends the webhooks on a queue of its own, both on the
+configured broker (kombu's filesystem transport by default), and uvicorn serving the ASGI app, as
+production does. DEBUG stays off unless DISPATCHLAB_DEBUG says otherwise (a missing
 page must not list the URL patterns); WhiteNoise serves the static files. Ctrl-C or SIGTERM stops
 everything, also when the devserver was started with SIGINT ignored (`&` in a script).
 """
@@ -29,6 +30,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--addr", default="127.0.0.1:8000", help="address:port of the web server")
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes parsing logs")
+    parser.add_argument(
+        "--notify-concurrency", type=int, default=2, help="worker processes sending webhook notifications"
+    )
     parser.add_argument("--username", default="admin", help="login of the first user, when none exists")
     return parser.parse_args(argv)
 
@@ -49,7 +53,7 @@ def _banner(args: argparse.Namespace, bootstrap: str) -> str:
         [
             f"\ndispatchlab: http://{args.addr}/  (database: {database}, broker: {broker}, data: {settings.DATA_DIR})",
             *login,
-            "Ctrl-C stops the web server and the worker.\n",
+            "Ctrl-C stops the web server and the workers.\n",
         ]
     )
 
@@ -74,7 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         call_command("bootstrap", username=args.username, stdout=bootstrap)
         print(bootstrap.getvalue(), end="", flush=True)
         stack = start_stack(
-            env, host=host or "127.0.0.1", port=int(port), web_workers=1, concurrency=args.concurrency
+            env,
+            host=host or "127.0.0.1",
+            port=int(port),
+            web_workers=1,
+            concurrency=args.concurrency,
+            notify_concurrency=args.notify_concurrency,
         )
         print(_banner(args, bootstrap.getvalue()), flush=True)
         while (exited := stack.exited()) is None:
@@ -82,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("\nstopping the web server and the worker…", flush=True)
+        print("\nstopping the web server and the workers…", flush=True)
         if stack is not None:
             stack.close()
         return 0

@@ -1,8 +1,10 @@
 """Start the dashboard's processes: the one way the devserver, the pipeline tests and the benchmarks do it.
 
 A stack is a web server (uvicorn serving `dispatchlab.config.asgi`, the production shape: a slow
-client holds a coroutine, not a worker), a Celery worker (`celery -A dispatchlab.config worker`) and
-beat, embedded in the worker (`--beat`, one machine) or as a process of its own (as in compose).
+client holds a coroutine, not a worker), a Celery worker that parses (`celery -A dispatchlab.config
+worker -Q <queue>`), a notify worker that sends the webhooks (`-Q <queue>.notify`: a slow endpoint holds
+one of its processes, never a parsing one) and beat, embedded in the parsing worker (`--beat`, one
+machine) or as a process of its own (as in compose).
 Every process runs in a session of its own, so a terminal's Ctrl-C reaches only the caller, which
 stops them in order, and (on Linux) receives SIGTERM when its parent dies, so a killed caller leaves
 no orphan. Management commands run as `python -m django`, so an installed package works as well as
@@ -23,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
+
+from dispatchlab.notify import notify_queue
 
 ASGI_APP = "dispatchlab.config.asgi:application"
 DEADLINE_PROTOCOL = "dispatchlab.security.deadlines:DeadlineH11Protocol"
@@ -79,9 +83,19 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def worker_command(*, concurrency: int, hostname: str | None = None, beat: bool = False) -> list[str]:
+def stack_queues(env: dict[str, str]) -> tuple[str, str]:
+    """The parsing queue and the notify queue of the stack `env` describes (as settings name them)."""
+    queue = env.get("DISPATCHLAB_QUEUE", "dispatchlab")
+    return queue, notify_queue(queue)
+
+
+def worker_command(
+    *, concurrency: int, hostname: str | None = None, beat: bool = False, queues: Sequence[str] = ()
+) -> list[str]:
     command = [sys.executable, "-m", "celery", "-A", "dispatchlab.config", "worker", "--loglevel", "INFO"]
     command += ["--concurrency", str(concurrency), "--without-mingle", "--without-gossip"]
+    if queues:
+        command += ["--queues", ",".join(queues)]
     if hostname:
         command += ["--hostname", hostname]
     if beat:
@@ -172,7 +186,7 @@ def answers(url: str) -> bool:
 @dataclass
 class Stack:
     """Running processes of one stack; `close()` (or leaving the `with` block) stops them in order:
-    the web server first (no new uploads), then beat, then the worker (it finishes its task)."""
+    the web server first (no new uploads), then beat, then the workers (they finish their tasks)."""
 
     env: dict[str, str]
     base_url: str
@@ -180,7 +194,7 @@ class Stack:
     logs: dict[str, Path] = field(default_factory=dict)
 
     def close(self) -> None:
-        for name in ("web", "beat", "worker"):
+        for name in ("web", "beat", "worker", "notify"):
             if name in self.processes:
                 stop_process(self.processes[name])
 
@@ -204,11 +218,13 @@ def start_stack(
     concurrency: int = 2,
     beat: Beat = "embedded",
     worker_hostname: str | None = None,
+    notify_concurrency: int = 1,
     log_dir: Path | None = None,
     timeout: float = 60,
 ) -> Stack:
-    """Start worker, beat and web on an already migrated database; wait until the web server
-    answers (and, when logs go to `log_dir`, until the worker says it is ready)."""
+    """Start the workers, beat and web on an already migrated database; wait until the web server
+    answers (and, when logs go to `log_dir`, until the workers say they are ready). The notify worker
+    is named after the parsing one (`notify-<worker_hostname>`)."""
     port = port or free_port()
     stack = Stack(env=env, base_url=f"http://{host}:{port}")
 
@@ -218,11 +234,26 @@ def start_stack(
         stack.logs[name] = log_dir / f"{name}.log"
         return stack.logs[name]
 
+    parse_queue, deliveries_queue = stack_queues(env)
     try:
         stack.processes["worker"] = start_process(
-            worker_command(concurrency=concurrency, hostname=worker_hostname, beat=beat == "embedded"),
+            worker_command(
+                concurrency=concurrency,
+                hostname=worker_hostname,
+                beat=beat == "embedded",
+                queues=[parse_queue],
+            ),
             env=env,
             log=log("worker"),
+        )
+        stack.processes["notify"] = start_process(
+            worker_command(
+                concurrency=notify_concurrency,
+                hostname=f"notify-{worker_hostname}" if worker_hostname else "notify@%h",
+                queues=[deliveries_queue],
+            ),
+            env=env,
+            log=log("notify"),
         )
         if beat == "separate":
             schedule = Path(env["DISPATCHLAB_DATA_DIR"]) / "celerybeat-schedule"
@@ -233,14 +264,15 @@ def start_stack(
         stack.processes["web"] = start_process(
             web_command(host=host, port=port, workers=web_workers), env=web_env, log=log("web")
         )
-        if "worker" in stack.logs:
-            worker_log = stack.logs["worker"]
-            wait_until(
-                lambda: b"ready." in worker_log.read_bytes(),
-                "the Celery worker",
-                timeout=timeout,
-                log=worker_log,
-            )
+        for name in ("worker", "notify"):
+            if name in stack.logs:
+                worker_log = stack.logs[name]
+                wait_until(
+                    lambda worker_log=worker_log: b"ready." in worker_log.read_bytes(),
+                    f"the Celery {name} worker",
+                    timeout=timeout,
+                    log=worker_log,
+                )
         wait_until(
             lambda: answers(stack.base_url + "/api/schema/"),
             "the web server",

@@ -1,6 +1,8 @@
 """The Celery app of the web side: `celery -A dispatchlab.config worker`.
 
-Every setting (JSON only, acks_late, time limits, routes) is a CELERY_* value in settings.py. Messages
+Every setting (JSON only, acks_late, time limits, routes) is a CELERY_* value in settings.py. Two kinds
+of worker run it: the parsing one (`-Q dispatchlab`) and the notify one (`-Q dispatchlab.notify`), so
+a slow webhook endpoint never holds a process that parses. Messages
 carry ids only and task state lives on the Report row, so there is no result backend. The broker is
 DISPATCHLAB_BROKER_URL: kombu's filesystem transport by default, Redis in production.
 """
@@ -18,6 +20,8 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_init, worker_process_init
 
+from dispatchlab.notify import NOTIFY_QUEUE_SUFFIX
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatchlab.config.settings")
 
 app = Celery("dispatchlab")
@@ -34,7 +38,12 @@ WARM_UP_LOG = "[2026-01-01 00:00:00] The server is fired up and ready to roll!\n
 @worker_init.connect
 def _warm_up_before_fork(**kwargs: Any) -> None:
     """Compile the knowledge base once in the main process: the pool's processes inherit it by fork,
-    so no report pays for it. Then freeze what is loaded so the garbage collector stops walking it."""
+    so no report pays for it. Then freeze what is loaded so the garbage collector stops walking it.
+    A worker that only sends notifications parses nothing: it skips the knowledge base."""
+    consumed = list(app.amqp.queues.consume_from or {})  # the worker's --queues, selected by now
+    if consumed and all(name.endswith(NOTIFY_QUEUE_SUFFIX) for name in consumed):
+        gc.freeze()
+        return
     started = time.monotonic()
     try:
         from dispatchlab.core import analyze_paths

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import secrets
 import warnings
@@ -19,6 +20,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from dispatchlab.messaging.broker import DEFAULT_BROKER_URL, broker_config
+from dispatchlab.notify import notify_queue
+from dispatchlab.notify.addresses import parse_networks
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -398,10 +401,11 @@ if not DISPATCHLAB_NOTIFY_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(
         f"DISPATCHLAB_NOTIFY_BASE_URL={DISPATCHLAB_NOTIFY_BASE_URL!r} must start with http:// or https://"
     )
-# One attempt waits this long for the endpoint, seconds.
+# One attempt, from the name lookup to the answer's headers, ends after this many seconds in all (a
+# server dribbling its answer cannot stretch it); the notify worker's pool kills it a little later.
 DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = env_float("DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS", 10.0)
-# Attempts of one delivery; connection errors, timeouts, HTTP 5xx and 429 are retried after
-# base * 2^(n-1) seconds (half of it random): 4, 8, 16 ... about 8 minutes over 8 attempts.
+# Attempts of one delivery; connection errors before the request was sent, HTTP 5xx and 429 are retried
+# after base * 2^(n-1) seconds (half of it random): 4, 8, 16 ... about 8 minutes over 8 attempts.
 DISPATCHLAB_NOTIFY_MAX_ATTEMPTS = env_int("DISPATCHLAB_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
 DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS = env_float("DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS", 4.0)
 # An endpoint whose deliveries failed this many times in a row pauses until a person resumes it.
@@ -411,6 +415,19 @@ if DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS <= 0 or DISPATCHLAB_NOTIFY_RETRY_BASE_SECO
         "DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS must be above 0 and DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS "
         "not below 0"
     )
+# Webhooks reach public addresses only; loopback, link-local, private and reserved ones only in these
+# networks (CIDR, comma-separated: "10.20.0.0/16,fd12::/64" for a chat server inside). Cloud metadata
+# addresses never (docs/security.md).
+DISPATCHLAB_NOTIFY_ALLOW_NETWORKS = env_list("DISPATCHLAB_NOTIFY_ALLOW_NETWORKS", [])
+try:
+    parse_networks(DISPATCHLAB_NOTIFY_ALLOW_NETWORKS)
+except ValueError as _bad_network:
+    raise ImproperlyConfigured(f"DISPATCHLAB_NOTIFY_ALLOW_NETWORKS: {_bad_network}") from None
+# The pool's limits of one delivery task: the soft one (below the hard one, or billiard arms only the
+# soft timer and the global soft limit of a parse would apply) records the attempt as interrupted, the
+# hard one kills the process.
+DISPATCHLAB_NOTIFY_TASK_SOFT_TIME_LIMIT = math.ceil(DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS) + 5
+DISPATCHLAB_NOTIFY_TASK_TIME_LIMIT = DISPATCHLAB_NOTIFY_TASK_SOFT_TIME_LIMIT + 10
 
 # ---- Celery (read by dispatchlab/config/celery.py with namespace "CELERY") ----
 BROKER_URL = env_secret("DISPATCHLAB_BROKER_URL") or DEFAULT_BROKER_URL
@@ -446,8 +463,12 @@ CELERY_TASK_TIME_LIMIT = DISPATCHLAB_TASK_TIME_LIMIT
 # Parses are long and uneven: a worker process takes one message at a time.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Deliveries have a queue and workers of their own (`worker -Q <queue>.notify`): a slow endpoint holds
+# a notify process, never one that parses.
+DISPATCHLAB_NOTIFY_QUEUE = notify_queue(CELERY_TASK_DEFAULT_QUEUE)
 CELERY_TASK_ROUTES = {
     "reports.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    "notify.*": {"queue": DISPATCHLAB_NOTIFY_QUEUE},
     # What GPU workers send back (dispatchlab.messaging.contract).
     "hosts.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
     "confirms.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},

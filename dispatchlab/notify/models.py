@@ -127,8 +127,9 @@ class Attempt(models.Model):
     started_at = models.DateTimeField(default=timezone.now)
     duration_ms = models.PositiveIntegerField(default=0)
     status_code = models.PositiveIntegerField(null=True, blank=True)
-    error = models.CharField(max_length=500, blank=True)  # connection refused, timed out, HTTP 500 ...
-    response_snippet = models.CharField(max_length=500, blank=True)
+    # connection refused, timed out, HTTP 500 ... in our words: what the endpoint answered beyond its
+    # status is never stored, it could be an internal service's data shown to every member
+    error = models.CharField(max_length=500, blank=True)
     outcome = models.CharField(max_length=10, choices=Outcome.choices)
 
     class Meta:

@@ -7,30 +7,31 @@ and `endpoint_send_test` (the endpoint page). `event_emit` stores the event and 
 subscribed endpoint in the caller's transaction and enqueues `notify.deliver` on commit; a paused
 endpoint's delivery is stored as skipped and never sent.
 
-`delivery_send` (the task's service) claims the delivery with a conditional UPDATE, makes one HTTP
-attempt, records it, and either finishes the delivery or raises DeliveryUnavailable (a connection
-error, a timeout, HTTP 5xx or 429) with the countdown to the next attempt, which the task retries on.
-A delivery that fails for good (no attempts left, or another 4xx) counts against its endpoint; after
-DISPATCHLAB_NOTIFY_PAUSE_AFTER of them in a row the endpoint pauses itself until a person resumes it.
+`delivery_send` (the task's service, on the notify queue's own workers) claims the attempt with a
+conditional UPDATE before sending, makes one HTTP attempt within DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS in
+all (sender.py), records it, and either finishes the delivery or raises DeliveryUnavailable with the
+countdown to the next attempt, which the task retries on.
 
-URLs: http and https only, no user name or password in them, redirects never followed. Private and
-loopback addresses are allowed on purpose (self-hosted chat servers usually live on the internal
-network), so whoever may add an endpoint may make the workers POST to internal hosts: members only.
+Sent at most once: an attempt is retried only when the endpoint cannot have received it (no
+connection, no name, a timeout before the request was out) or said it did not take it (HTTP 5xx, 429).
+Once the request went out and no answer came (a timeout, a reset), or when the worker died or hit its
+time limit during the attempt (a redelivered message or the sweep finds the claim and records the
+attempt as interrupted), the delivery fails without being sent again. A delivery that fails for good
+counts against its endpoint; after DISPATCHLAB_NOTIFY_PAUSE_AFTER in a row the endpoint pauses itself
+until a person resumes it.
+
+URLs: http and https only, no user name or password in them, redirects never followed, and addresses
+off the public internet refused unless DISPATCHLAB_NOTIFY_ALLOW_NETWORKS allows them (addresses.py):
+checked when the endpoint is added and again, after the one lookup the request uses, when it is sent.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import http
-import http.client
 import logging
 import random
 import time
-import urllib.error
-import urllib.request
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,6 +44,7 @@ from django.db.models import F, Q
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from dispatchlab.notify.addresses import AddressRefused, IPNetwork, checked_addresses, parse_networks
 from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
 from dispatchlab.notify.payloads import (
     DELIVERY_HEADER,
@@ -56,13 +58,12 @@ from dispatchlab.notify.payloads import (
     render_body,
     sign,
 )
+from dispatchlab.notify.sender import HttpAnswer, http_post
 from dispatchlab.reports.models import FailureGroup, Project, Report
 
 logger = logging.getLogger(__name__)
 
 MAX_URL_LENGTH = 2000
-SNIPPET_BYTES = 2048  # read of a response, of which SNIPPET_CHARS are kept
-SNIPPET_CHARS = 300
 # Below the broker's default visibility timeout (the task time limit + 600 s), so a retry waiting in a
 # worker is not handed out a second time.
 MAX_RETRY_DELAY_SECONDS = 1800.0
@@ -75,9 +76,15 @@ class SendOutcome(enum.StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"  # the endpoint is paused
     FINISHED = "finished"  # already delivered, failed or skipped: nothing to do
-    BUSY = "busy"  # another worker holds a fresh claim
-    LOST = "lost"  # our claim was taken over while we sent
+    LOST = "lost"  # our claim was recorded as interrupted while we sent (we outlived the stale time)
     MISSING = "missing"  # the delivery (or its endpoint) was deleted
+
+
+INTERRUPTED_ERROR = (
+    "interrupted: the worker stopped during the attempt (killed, or past its time limit); "
+    "not sent again: the endpoint may have received it"
+)
+MAYBE_RECEIVED = "not sent again: the endpoint may have received it"
 
 
 class DeliveryUnavailable(Exception):
@@ -87,6 +94,11 @@ class DeliveryUnavailable(Exception):
     def __init__(self, message: str, *, countdown: float) -> None:
         super().__init__(message)
         self.countdown = countdown
+
+
+class DeliveryBusy(DeliveryUnavailable):
+    """Another worker claimed the attempt not long ago: it may still be sending. Look again once the
+    claim would be stale (a worker past its hard time limit is dead by then)."""
 
 
 # ---------------------------------------------------------------- URLs
@@ -117,6 +129,25 @@ def endpoint_url_problem(url: str) -> str | None:
         return "The URL has no host name."
     if port == 0:
         return "The URL's port 0 cannot be connected to."
+    return None
+
+
+def allowed_networks() -> tuple[IPNetwork, ...]:
+    return parse_networks(settings.DISPATCHLAB_NOTIFY_ALLOW_NETWORKS)
+
+
+def endpoint_address_problem(url: str) -> str | None:
+    """Why the URL's host may not receive webhooks (an internal or metadata address, or a name that
+    resolves to one), for people; None when it may, or when the name does not resolve from here (the
+    workers look it up again, and check it, before every attempt)."""
+    parts = urlsplit(url)
+    https = parts.scheme.lower() == "https"
+    try:
+        checked_addresses(parts.hostname or "", parts.port or (443 if https else 80), allowed_networks())
+    except AddressRefused as refused:
+        return f"{refused}"
+    except (OSError, UnicodeError):
+        return None
     return None
 
 
@@ -156,7 +187,7 @@ def endpoint_create(
     """A new endpoint; raises ValidationError with a message per field ("url", "kind", "events")."""
     url = url.strip()
     errors: dict[str, str] = {}
-    problem = endpoint_url_problem(url)
+    problem = endpoint_url_problem(url) or endpoint_address_problem(url)
     if problem:
         errors["url"] = problem
     elif Endpoint.objects.filter(project=project, url=url).exists():
@@ -255,10 +286,8 @@ def _report_fields(report: Report) -> dict[str, Any]:
 def _enqueue(delivery_id: int) -> None:
     from dispatchlab.notify.tasks import delivery_send_task
 
-    timeout = settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS
-    # One attempt is one request: past this the worker is stuck, not slow (urllib's timeout is per
-    # socket operation, a server dribbling its answer could outlast it).
-    delivery_send_task.apply_async(args=[delivery_id], time_limit=int(3 * timeout) + 30)
+    # Routed to the notify queue; the task carries its own soft and hard time limits.
+    delivery_send_task.delay(delivery_id)
 
 
 def event_emit(
@@ -408,78 +437,6 @@ def _group_reopen(*, group_id: int, report: Report) -> GroupClosure | None:
 # ---------------------------------------------------------------- sending
 
 
-@dataclass(frozen=True)
-class HttpAnswer:
-    status: int | None  # None: no HTTP answer (connection error, timeout)
-    error: str  # "" when 2xx
-    snippet: str
-    seconds: float
-    retry_after: float | None = None
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A webhook that redirects is misconfigured, and following it could lead anywhere: a 3xx is the
-    answer (a failure), not a hop."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def _snippet(raw: bytes) -> str:
-    return " ".join(raw.decode("utf-8", errors="replace").split())[:SNIPPET_CHARS]
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    with contextlib.suppress(ValueError):
-        return max(0.0, float(value.strip()))
-    return None  # an HTTP date: the exponential backoff will do
-
-
-def _http_error(status: int) -> str:
-    try:
-        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
-
-
-def _describe(error: BaseException) -> str:
-    reason = error.reason if isinstance(error, urllib.error.URLError) else error
-    if isinstance(reason, TimeoutError):
-        return f"timed out after {settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS:g} s"
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused"
-    text = str(getattr(reason, "strerror", None) or reason) or type(reason).__name__
-    return text[:300]
-
-
-def http_post(url: str, body: bytes, headers: dict[str, str], *, timeout: float) -> HttpAnswer:
-    """One POST; never raises for what the network or the server does."""
-    opener = urllib.request.build_opener(_NoRedirect)
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-    started = time.monotonic()
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            raw = response.read(SNIPPET_BYTES)
-            return HttpAnswer(response.status, "", _snippet(raw), time.monotonic() - started)
-    except urllib.error.HTTPError as error:
-        with error:
-            raw = b""
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                raw = error.read(SNIPPET_BYTES)
-        return HttpAnswer(
-            error.code,
-            _http_error(error.code),
-            _snippet(raw),
-            time.monotonic() - started,
-            _retry_after(error.headers.get("Retry-After") if error.headers else None),
-        )
-    except (OSError, http.client.HTTPException, ValueError) as error:
-        # URLError is an OSError; ValueError: a URL urllib cannot use after all
-        return HttpAnswer(None, _describe(error), "", time.monotonic() - started)
-
-
 def retry_delay(attempt: int, *, retry_after: float | None = None) -> float:
     """Seconds before attempt `attempt + 1`: exponential from DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS, with
     jitter (half of it random, so endpoints that failed together do not retry together), at least what
@@ -494,16 +451,19 @@ def retry_delay(attempt: int, *, retry_after: float | None = None) -> float:
 
 
 def _claim_stale_seconds() -> float:
-    return 3 * settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS + 60
+    # Past the task's hard time limit the pool has killed whoever held the claim.
+    return settings.DISPATCHLAB_NOTIFY_TASK_TIME_LIMIT + 15
 
 
 def _claim(delivery_id: int, token: str) -> bool:
-    now = timezone.now()
-    stale = now - timedelta(seconds=_claim_stale_seconds())
-    claimed = Delivery.objects.filter(
-        Q(status=Delivery.Status.PENDING) | Q(status=Delivery.Status.SENDING, claimed_at__lt=stale),
-        id=delivery_id,
-    ).update(status=Delivery.Status.SENDING, claimed_at=now, claim_token=token, attempts=F("attempts") + 1)
+    """Claim the next attempt before sending it: a message delivered twice, or again after its worker
+    died, finds the delivery sending and does not send it blindly."""
+    claimed = Delivery.objects.filter(status=Delivery.Status.PENDING, id=delivery_id).update(
+        status=Delivery.Status.SENDING,
+        claimed_at=timezone.now(),
+        claim_token=token,
+        attempts=F("attempts") + 1,
+    )
     return claimed == 1
 
 
@@ -534,13 +494,21 @@ def _endpoint_failed(endpoint_id: int, error: str) -> None:
 
 def delivery_send(*, delivery_id: int) -> SendOutcome:
     """Claim the delivery and make one attempt. Raises DeliveryUnavailable when the endpoint could not
-    take it now and attempts are left (the attempt is recorded first)."""
+    take it now and attempts are left (the attempt is recorded first), DeliveryBusy when another worker
+    claimed an attempt that is not stale yet. A stale claim is the attempt of a worker that died: it is
+    recorded as interrupted, not sent again."""
     token = uuid.uuid4().hex
     if not _claim(delivery_id, token):
-        status = Delivery.objects.filter(id=delivery_id).values_list("status", flat=True).first()
-        if status is None:
+        row = Delivery.objects.filter(id=delivery_id).values("status", "claimed_at", "claim_token").first()
+        if row is None:
             return SendOutcome.MISSING
-        return SendOutcome.BUSY if status == Delivery.Status.SENDING else SendOutcome.FINISHED
+        if row["status"] != Delivery.Status.SENDING:
+            return SendOutcome.FINISHED
+        stale_at = (row["claimed_at"] or timezone.now()) + timedelta(seconds=_claim_stale_seconds())
+        if stale_at <= timezone.now():
+            return delivery_record_interrupted(delivery_id=delivery_id, claim_token=row["claim_token"])
+        countdown = (stale_at - timezone.now()).total_seconds() + 1
+        raise DeliveryBusy(f"delivery {delivery_id}: an attempt is in flight", countdown=countdown)
     delivery = Delivery.objects.select_related("endpoint", "event").filter(id=delivery_id).first()
     if delivery is None:  # the endpoint was deleted meanwhile
         return SendOutcome.MISSING
@@ -560,7 +528,7 @@ def delivery_send(*, delivery_id: int) -> SendOutcome:
     number = delivery.attempts
     problem = endpoint_url_problem(endpoint.url)
     if problem:  # the row was changed behind the form's back
-        answer = HttpAnswer(None, f"refused: {problem}", "", 0.0)
+        answer = HttpAnswer(None, f"refused: {problem}", 0.0, refused=True)
     else:
         body = render_body(endpoint.kind, event.payload)
         timestamp = int(time.time())
@@ -572,18 +540,48 @@ def delivery_send(*, delivery_id: int) -> SendOutcome:
             TIMESTAMP_HEADER: str(timestamp),
             SIGNATURE_HEADER: sign(endpoint.secret, timestamp, body),
         }
-        answer = http_post(endpoint.url, body, headers, timeout=settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS)
+        answer = http_post(
+            endpoint.url,
+            body,
+            headers,
+            timeout=settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS,
+            allowed=allowed_networks(),
+        )
 
     ok = answer.status is not None and 200 <= answer.status < 300
-    retryable = not problem and (answer.status is None or answer.status >= 500 or answer.status == 429)
+    if answer.status is None:
+        # without an answer, only a request that never went out is safe to send again
+        retryable = not answer.refused and not answer.sent
+    else:
+        retryable = answer.status >= 500 or answer.status == 429
     last = number >= settings.DISPATCHLAB_NOTIFY_MAX_ATTEMPTS
+    error = answer.error
     if ok:
         outcome = Attempt.Outcome.OK
     elif retryable and not last:
         outcome = Attempt.Outcome.RETRY
     else:
         outcome = Attempt.Outcome.FAILED
+        if answer.status is None and answer.sent:
+            error = f"{answer.error}; {MAYBE_RECEIVED}"
+        elif retryable:
+            error = f"{answer.error} (gave up after {number} attempts)"
+    finished = timezone.now()
+    delay = 0.0
+    if outcome == Attempt.Outcome.OK:
+        fields: dict[str, Any] = {"status": Delivery.Status.DELIVERED, "finished_at": finished, "error": ""}
+    elif outcome == Attempt.Outcome.RETRY:
+        delay = retry_delay(number, retry_after=answer.retry_after)
+        fields = {
+            "status": Delivery.Status.PENDING,
+            "next_attempt_at": finished + timedelta(seconds=delay),
+            "error": error,
+        }
+    else:
+        fields = {"status": Delivery.Status.FAILED, "finished_at": finished, "error": error}
     try:
+        # The attempt and the delivery's new state together: a worker dying between them would leave an
+        # attempt recorded twice, or a delivered one recorded as interrupted.
         with transaction.atomic():
             Attempt.objects.create(
                 delivery_id=delivery_id,
@@ -591,33 +589,56 @@ def delivery_send(*, delivery_id: int) -> SendOutcome:
                 started_at=now,
                 duration_ms=round(answer.seconds * 1000),
                 status_code=answer.status,
-                error=answer.error[:500],
-                response_snippet=answer.snippet[:500],
+                error=error[:500],
                 outcome=outcome,
             )
+            if not _finish(delivery_id, token, **fields):
+                raise _ClaimLost
     except IntegrityError:  # the endpoint, and so the delivery, was deleted while we sent
         return SendOutcome.MISSING
-    finished = timezone.now()
+    except _ClaimLost:
+        return SendOutcome.LOST
     if outcome == Attempt.Outcome.OK:
-        if not _finish(delivery_id, token, status=Delivery.Status.DELIVERED, finished_at=finished, error=""):
-            return SendOutcome.LOST
         _endpoint_succeeded(endpoint.id)
         return SendOutcome.DELIVERED
     if outcome == Attempt.Outcome.RETRY:
-        delay = retry_delay(number, retry_after=answer.retry_after)
-        if not _finish(
-            delivery_id,
-            token,
-            status=Delivery.Status.PENDING,
-            next_attempt_at=finished + timedelta(seconds=delay),
-            error=answer.error,
-        ):
-            return SendOutcome.LOST
         raise DeliveryUnavailable(f"delivery {delivery_id}: {answer.error}", countdown=delay)
-    error = f"{answer.error} (gave up after {number} attempts)" if retryable else answer.error
-    if not _finish(delivery_id, token, status=Delivery.Status.FAILED, finished_at=finished, error=error):
-        return SendOutcome.LOST
     _endpoint_failed(endpoint.id, answer.error)
+    return SendOutcome.FAILED
+
+
+class _ClaimLost(Exception):
+    pass
+
+
+def delivery_record_interrupted(*, delivery_id: int, claim_token: str | None = None) -> SendOutcome:
+    """Record the attempt in flight (under `claim_token`, or whichever claim) as interrupted and fail
+    the delivery without sending it again: its worker died or passed its time limit mid-request, so the
+    endpoint may have received it. Counts against the endpoint like any failed delivery."""
+    now = timezone.now()
+    claimed = Delivery.objects.filter(id=delivery_id, status=Delivery.Status.SENDING)
+    if claim_token is not None:
+        claimed = claimed.filter(claim_token=claim_token)
+    with transaction.atomic():
+        delivery = claimed.select_for_update().first()
+        if delivery is None:
+            return SendOutcome.FINISHED
+        started = delivery.claimed_at or now
+        Attempt.objects.get_or_create(
+            delivery_id=delivery_id,
+            number=delivery.attempts,
+            defaults={
+                "started_at": started,
+                "duration_ms": 0,
+                "error": INTERRUPTED_ERROR,
+                "outcome": Attempt.Outcome.FAILED,
+            },
+        )
+        Delivery.objects.filter(id=delivery_id).update(
+            status=Delivery.Status.FAILED, finished_at=now, error=INTERRUPTED_ERROR
+        )
+    logger.warning("delivery %s: %s", delivery_id, INTERRUPTED_ERROR)
+    _endpoint_failed(delivery.endpoint_id, INTERRUPTED_ERROR)
     return SendOutcome.FAILED
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from dispatchlab.reports.tasks import REDELIVERED_UNTIL_DONE
 
@@ -13,18 +14,31 @@ from dispatchlab.reports.tasks import REDELIVERED_UNTIL_DONE
 RETRY_BACKSTOP = 100
 
 
-# Safe to repeat: delivery_send claims the row before sending; a second message finds it claimed or
-# finished.
-@shared_task(name="notify.deliver", bind=True, max_retries=RETRY_BACKSTOP, **REDELIVERED_UNTIL_DONE)
+# Safe to repeat: delivery_send claims the attempt before sending; a second message finds it claimed
+# (and looks again once the claim is stale) or finished. The soft limit comes before the hard one, or
+# billiard arms only the soft timer (the parses' global one) and nothing stops a stuck attempt.
+@shared_task(
+    name="notify.deliver",
+    bind=True,
+    max_retries=RETRY_BACKSTOP,
+    soft_time_limit=settings.DISPATCHLAB_NOTIFY_TASK_SOFT_TIME_LIMIT,
+    time_limit=settings.DISPATCHLAB_NOTIFY_TASK_TIME_LIMIT,
+    **REDELIVERED_UNTIL_DONE,
+)
 def delivery_send_task(self: Any, delivery_id: int) -> str:
-    from dispatchlab.notify.services import DeliveryUnavailable, delivery_send
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from dispatchlab.notify.services import DeliveryUnavailable, delivery_record_interrupted, delivery_send
 
     try:
         return delivery_send(delivery_id=int(delivery_id)).value
     except DeliveryUnavailable as unavailable:
-        # A connection error, a timeout, HTTP 5xx or 429, with attempts left: the service recorded the
-        # attempt and chose the (exponential, jittered) countdown.
+        # A connection error before sending, HTTP 5xx or 429, with attempts left, or another worker's
+        # claim that is not stale yet: the service chose the countdown.
         raise self.retry(exc=unavailable, countdown=unavailable.countdown) from None
+    except SoftTimeLimitExceeded:
+        # The attempt outlived its own deadline: the request may be out, so it is not sent again.
+        return delivery_record_interrupted(delivery_id=int(delivery_id)).value
 
 
 @shared_task(name="notify.requeue_stale", acks_late=False)

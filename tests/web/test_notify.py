@@ -7,13 +7,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import html
+import ipaddress
 import json
 import re
+import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +30,7 @@ from dispatchlab.core.lineindex import write_line_index
 from dispatchlab.gpu.models import ConfirmRun
 from dispatchlab.gpu.services import confirm_report_parsed
 from dispatchlab.notify import services
-from dispatchlab.notify.models import Delivery, Endpoint, Event, GroupClosure
+from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
 from dispatchlab.notify.payloads import EventKind, verify
 from dispatchlab.reports.models import FailureGroup, Report
 from dispatchlab.reports.services import report_analyze, report_submit
@@ -41,6 +46,7 @@ class Receiver:
         self.script: list[int] = []
         self.default = 200
         self.delay = 0.0  # seconds before answering
+        self.body = b""  # the answer's body, when not the default one
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,7 +54,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 status = receiver.script.pop(0) if receiver.script else receiver.default
-                answer = b"ok" if status < 300 else b"upstream unavailable"
+                answer = receiver.body or (b"ok" if status < 300 else b"upstream unavailable")
                 time.sleep(receiver.delay)
                 self.send_response(status)
                 if 300 <= status < 400:
@@ -84,6 +90,67 @@ def _notify_settings(settings: Any) -> None:
     settings.DISPATCHLAB_NOTIFY_BASE_URL = "https://dispatchlab.example.com"
     settings.DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS = 0.0
     settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = 5.0
+    # The receivers of these tests listen on loopback: the operator's allowance every test but the
+    # ones about it needs.
+    settings.DISPATCHLAB_NOTIFY_ALLOW_NETWORKS = ["127.0.0.0/8"]
+
+
+class Resolver:
+    """Answers for test names (`answers[name]`: one list of addresses per lookup, the last one repeated);
+    addresses written as numbers are read as the system would, without a query; any other name does
+    not resolve. No lookup of these tests leaves the process."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[list[str]]] = {
+            "chat.example.com": [["93.184.215.14"]],  # public; never contacted (the guard)
+            "metadata.example.test": [["169.254.169.254"]],
+            "mattermost.corp.test": [["10.20.0.7"]],
+            "mixed.example.test": [["93.184.215.14", "fe80::1"]],
+        }
+        self.lookups: list[str] = []
+
+    def getaddrinfo(self, host: Any, port: Any, family: int = 0, type: int = 0, *args: Any) -> list[Any]:
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        self.lookups.append(name)
+        if name in self.answers:
+            queue = self.answers[name]
+            addresses = queue.pop(0) if len(queue) > 1 else queue[0]
+            return [
+                (
+                    socket.AF_INET6 if ":" in a else socket.AF_INET,
+                    socket.SOCK_STREAM,
+                    6,
+                    "",
+                    (a, int(port or 0), 0, 0) if ":" in a else (a, int(port or 0)),
+                )
+                for a in addresses
+            ]
+        return REAL_GETADDRINFO(host, port, family, type, 0, socket.AI_NUMERICHOST)
+
+
+REAL_GETADDRINFO = socket.getaddrinfo
+REAL_CONNECT = socket.socket.connect
+
+
+@pytest.fixture(autouse=True)
+def resolver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Resolver]:
+    """The resolver stub, and a guard that fails every connection to anything but loopback: a
+    regression fails the test instead of reaching the address."""
+    stub = Resolver()
+    refused: list[Any] = []
+
+    def guarded_connect(sock: socket.socket, address: Any) -> None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            host = ipaddress.ip_address(str(address[0]).split("%")[0])
+            if not (host.is_loopback and (host.version == 4 or host == ipaddress.ip_address("::1"))):
+                refused.append(address)
+                raise PermissionError(f"the test's socket guard refused a connection to {address}")
+        REAL_CONNECT(sock, address)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stub.getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    yield stub
+    assert refused == [], f"connections beyond loopback were attempted: {refused}"
 
 
 @pytest.fixture(autouse=True)
@@ -166,9 +233,9 @@ def text_of(body: str) -> str:
 
 
 def test_a_new_group_enqueues_one_delivery_per_subscribed_endpoint(acme, land, enqueued):
-    new_only = endpoint(acme, "https://chat.internal/a", events=["group.new"])
-    both = endpoint(acme, "https://chat.internal/b", events=["group.new", "group.returned"])
-    stale_only = endpoint(acme, "https://chat.internal/c", events=["decision.stale"])
+    new_only = endpoint(acme, "https://chat.example.com/a", events=["group.new"])
+    both = endpoint(acme, "https://chat.example.com/b", events=["group.new", "group.returned"])
+    stale_only = endpoint(acme, "https://chat.example.com/c", events=["decision.stale"])
     report = land(b"one\n")
     event = Event.objects.get()
     assert event.kind == "group.new" and event.group == report.group
@@ -357,7 +424,6 @@ def test_a_delivery_is_retried_on_5xx_and_every_attempt_is_recorded(acme, land, 
         (3, 200, "ok"),
     ]
     assert attempts[0].error == "HTTP 500 Internal Server Error"
-    assert attempts[0].response_snippet == "upstream unavailable" and attempts[2].response_snippet == "ok"
     assert len({r["headers"]["X-Dispatchlab-Delivery"] for r in receiver.requests}) == 1
 
 
@@ -405,17 +471,86 @@ def test_a_redirect_is_not_followed(acme, land, receiver):
     assert delivery.status == Delivery.Status.FAILED and delivery.error == "HTTP 302 Found"
 
 
-def test_a_slow_endpoint_times_out_and_is_retried(acme, receiver, settings):
+def test_an_endpoint_that_answers_too_late_fails_the_delivery_and_is_not_sent_again(acme, receiver, settings):
     settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = 0.2
     hook = endpoint(acme, receiver.url)
     receiver.delay = 1.0
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    with pytest.raises(services.DeliveryUnavailable, match=r"timed out after 0\.2 s"):
-        services.delivery_send(delivery_id=delivery.id)
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
     attempt = delivery.attempt_rows.get()
-    assert attempt.status_code is None and attempt.outcome == "retry" and 150 <= attempt.duration_ms < 1000
+    assert attempt.status_code is None and attempt.outcome == "failed"
     delivery.refresh_from_db()
-    assert delivery.status == Delivery.Status.PENDING and delivery.next_attempt_at >= attempt.started_at
+    assert delivery.status == Delivery.Status.FAILED
+    # it was sent, and may have been received: sending it again could deliver it twice
+    assert delivery.error == (
+        "timed out after 0.2 s waiting for the answer; not sent again: the endpoint may have received it"
+    )
+    hook.refresh_from_db()
+    assert hook.consecutive_failures == 1 and len(receiver.requests) == 1
+
+
+class Dribbler:
+    """A webhook on 127.0.0.1 that reads the request, then answers one byte every `every` seconds."""
+
+    def __init__(self, every: float, total: int) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/slow"
+        self.received = threading.Event()
+        self.finished = threading.Event()  # it sent its whole answer, or the client hung up
+        self.stop = threading.Event()
+        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+        def serve() -> None:
+            connection, _ = self.listener.accept()
+            with connection:
+                connection.recv(65536)
+                self.received.set()
+                try:
+                    for byte in answer[:total]:
+                        if self.stop.wait(every):
+                            break
+                        connection.sendall(bytes([byte]))
+                except OSError:
+                    pass
+                self.finished.set()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+def test_an_endpoint_dribbling_its_answer_is_cut_at_the_total_deadline(acme, settings):
+    # one byte every 0.3 s never trips a timeout per read of 1 s: only a total deadline ends it
+    settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = 1.0
+    dribbler = Dribbler(every=0.3, total=200)
+    try:
+        hook = endpoint(acme, dribbler.url)
+        delivery = services.endpoint_send_test(endpoint=hook, user=None)
+        assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+        assert dribbler.received.is_set() and not dribbler.finished.is_set()
+        delivery.refresh_from_db()
+        assert delivery.error.startswith("timed out after 1 s waiting for the answer")
+        assert delivery.attempt_rows.get().outcome == "failed"
+    finally:
+        dribbler.close()
+
+
+def test_a_connection_that_cannot_be_made_in_time_is_retried(acme, settings, monkeypatch):
+    settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS = 0.5
+
+    def unanswered(*args: Any, **kwargs: Any) -> socket.socket:
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", unanswered)
+    hook = endpoint(acme, "http://127.0.0.1:9/hook")
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    with pytest.raises(services.DeliveryUnavailable, match=r"timed out after 0\.5 s connecting"):
+        services.delivery_send(delivery_id=delivery.id)
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.PENDING and delivery.attempt_rows.get().outcome == "retry"
 
 
 def test_a_delivery_whose_message_was_lost_is_sent_again_by_the_sweep(acme, enqueued):
@@ -507,7 +642,7 @@ def test_a_member_adds_an_endpoint_and_sees_its_secret(alice_client, acme):
     response = alice_client.post(
         reverse("front:notify_project", args=["acme"]),
         {
-            "url": "https://chat.internal/hooks/abc",
+            "url": "https://chat.example.com/hooks/abc",
             "kind": "slack",
             "events": ["group.new"],
             "name": "#oncall",
@@ -521,14 +656,184 @@ def test_a_member_adds_an_endpoint_and_sees_its_secret(alice_client, acme):
     assert hook.secret in page and "Send a test event" in page
 
 
-def test_private_addresses_are_allowed(alice_client, acme):
-    for url in ("http://10.0.0.5:8065/hooks/x", "http://mattermost/hooks/y", "https://[::1]/z"):
+INTERNAL_URLS = [
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a cloud metadata address"),
+    ("http://metadata.example.test/x", "metadata.example.test resolves to 169.254.169.254, which is a cloud"),
+    ("http://0251.0376.0251.0376/", "resolves to 169.254.169.254, which is a cloud metadata address"),
+    ("http://[::ffff:169.254.169.254]/", "is a cloud metadata address"),
+    ("http://169.254.10.1:8080/", "169.254.10.1 is a link-local address"),
+    ("http://[fe80::1]/", "fe80::1 is a link-local address"),
+    ("https://[::1]/z", "::1 is a loopback address"),
+    ("http://10.0.0.5:8065/hooks/x", "10.0.0.5 is a private or reserved address"),
+    ("http://mattermost.corp.test/hooks/y", "resolves to 10.20.0.7, which is a private or reserved"),
+    ("http://mixed.example.test/", "resolves to fe80::1, which is a link-local address"),
+    ("http://0.0.0.0:8000/", "0.0.0.0 is not an address a host answers on"),
+]
+
+
+@pytest.mark.parametrize(("url", "message"), INTERNAL_URLS)
+def test_internal_and_metadata_addresses_are_refused_when_an_endpoint_is_added(
+    alice_client, acme, url, message
+):
+    response = alice_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {"url": url, "kind": "generic", "events": ["group.new"]},
+    )
+    assert response.status_code == 400
+    assert message in html.unescape(response.content.decode())
+    assert not Endpoint.objects.exists()
+
+
+def test_the_refusal_names_the_setting_that_allows_a_network(alice_client, acme):
+    response = alice_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {"url": "http://10.0.0.5:8065/hooks/x", "kind": "generic", "events": ["group.new"]},
+    )
+    assert (
+        "10.0.0.5 is a private or reserved address: webhooks are not sent there unless "
+        "DISPATCHLAB_NOTIFY_ALLOW_NETWORKS allows its network."
+    ) in html.unescape(response.content.decode())
+
+
+def test_an_operator_allows_the_internal_chat_servers_network_but_never_the_metadata_address(
+    alice_client, acme, settings
+):
+    settings.DISPATCHLAB_NOTIFY_ALLOW_NETWORKS = ["10.0.0.0/8", "169.254.0.0/16"]
+    for url in (
+        "http://10.0.0.5:8065/hooks/x",
+        "http://mattermost.corp.test/hooks/y",
+        "http://169.254.10.1/",
+    ):
         response = alice_client.post(
             reverse("front:notify_project", args=["acme"]),
             {"url": url, "kind": "generic", "events": ["group.new"]},
         )
         assert response.status_code == 302, url
+    response = alice_client.post(
+        reverse("front:notify_project", args=["acme"]),
+        {"url": "http://metadata.example.test/", "kind": "generic", "events": ["group.new"]},
+    )
+    assert response.status_code == 400 and "cloud metadata address" in response.content.decode()
     assert Endpoint.objects.count() == 3
+
+
+def test_the_notifyendpoint_command_refuses_a_link_local_address(acme):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"url: 169\.254\.10\.1 is a link-local address"):
+        call_command(
+            "notifyendpoint", "--project", "acme", "--url", "http://169.254.10.1/h", "--event", "group.new"
+        )
+    assert not Endpoint.objects.exists()
+
+
+def test_a_name_that_resolves_to_the_metadata_address_when_sent_is_refused_without_a_connection(
+    acme, resolver
+):
+    hook = endpoint(acme, "http://chat.example.com/hook")  # public when it was added
+    resolver.answers["chat.example.com"] = [["169.254.169.254"]]
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.FAILED
+    assert delivery.error == (
+        "refused: chat.example.com resolves to 169.254.169.254, which is a cloud metadata address: "
+        "webhooks are not sent there."
+    )
+    hook.refresh_from_db()
+    assert hook.consecutive_failures == 1  # and the socket guard saw no connection
+
+
+def test_a_row_changed_behind_the_forms_back_is_refused_when_sent(acme, settings):
+    hook = endpoint(acme, "http://127.0.0.1:9/hook")
+    settings.DISPATCHLAB_NOTIFY_ALLOW_NETWORKS = []
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert Delivery.objects.get().error.startswith("refused: 127.0.0.1 is a loopback address")
+
+
+def test_the_name_is_resolved_once_and_the_request_goes_to_that_address_with_its_host_name(
+    acme, receiver, resolver
+):
+    port = receiver.server.server_address[1]
+    resolver.answers["hook.example.test"] = [["127.0.0.1"]]
+    hook = endpoint(acme, f"http://hook.example.test:{port}/hook")
+    # A rebinding name: the first answer passes the check, the next would lead to the metadata service.
+    resolver.answers["hook.example.test"] = [["127.0.0.1"], ["169.254.169.254"]]
+    resolver.lookups.clear()
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.DELIVERED
+    assert resolver.lookups.count("hook.example.test") == 1
+    assert receiver.requests[0]["headers"]["Host"] == f"hook.example.test:{port}"
+
+
+def _self_signed(folder: Path, name: str) -> tuple[Path, Path]:
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            *(
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                f"/CN={name}",
+            ),
+            *("-addext", f"subjectAltName=DNS:{name}", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_goes_to_the_resolved_address_with_the_names_sni_and_certificate_check(
+    acme, receiver, resolver, tmp_path, monkeypatch
+):
+    cert, key = _self_signed(tmp_path, "hook.example.test")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the worker trusts this test's certificate
+    seen: list[str | None] = []
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda sock, name, ctx: seen.append(name)
+    receiver.server.socket = context.wrap_socket(receiver.server.socket, server_side=True)
+    port = receiver.server.server_address[1]
+    resolver.answers["hook.example.test"] = [["127.0.0.1"]]
+    resolver.answers["other.example.test"] = [["127.0.0.1"]]
+    good = endpoint(acme, f"https://hook.example.test:{port}/hook")
+    wrong = endpoint(acme, f"https://other.example.test:{port}/hook")  # the certificate does not name it
+
+    sent = services.endpoint_send_test(endpoint=good, user=None)
+    assert services.delivery_send(delivery_id=sent.id) == services.SendOutcome.DELIVERED
+    assert seen == ["hook.example.test"]
+    assert receiver.requests[0]["headers"]["Host"] == f"hook.example.test:{port}"
+    refused = services.endpoint_send_test(endpoint=wrong, user=None)
+    with pytest.raises(services.DeliveryUnavailable):
+        services.delivery_send(delivery_id=refused.id)
+    assert "certificate" in Delivery.objects.get(id=refused.id).error
+    assert len(receiver.requests) == 1
+
+
+def test_the_endpoints_answer_is_not_stored_nor_shown_only_its_status(
+    acme, alice_client, bob_client, land, receiver
+):
+    hook = endpoint(acme, receiver.url)
+    receiver.script = [404]
+    receiver.body = b"root:x:0:0:internal-secret"
+    land(b"one\n")
+    attempt = Delivery.objects.get().attempt_rows.get()
+    assert attempt.status_code == 404 and attempt.error == "HTTP 404 Not Found"
+    stored = json.dumps(list(Delivery.objects.values()), default=str) + json.dumps(
+        list(Attempt.objects.values()), default=str
+    )
+    assert "internal-secret" not in stored
+    for client in (alice_client, bob_client):
+        page = client.get(reverse("front:notify_endpoint", args=["acme", hook.pk])).content.decode()
+        assert "internal-secret" not in page and "HTTP 404" in page
 
 
 @pytest.mark.parametrize(
@@ -555,7 +860,8 @@ def test_urls_with_credentials_or_other_schemes_are_refused_with_a_message(alice
 
 def test_an_endpoint_needs_an_event(alice_client, acme):
     response = alice_client.post(
-        reverse("front:notify_project", args=["acme"]), {"url": "https://chat.internal/h", "kind": "generic"}
+        reverse("front:notify_project", args=["acme"]),
+        {"url": "https://chat.example.com/h", "kind": "generic"},
     )
     assert response.status_code == 400 and "Choose at least one event" in response.content.decode()
 
@@ -564,7 +870,7 @@ def test_a_viewer_reads_but_cannot_add_endpoints(bob_client, acme):
     hook = endpoint(acme, "https://hooks.slack.com/services/T000/B000/secret-token", kind="slack")
     response = bob_client.post(
         reverse("front:notify_project", args=["acme"]),
-        {"url": "https://chat.internal/hook", "kind": "generic", "events": ["group.new"]},
+        {"url": "https://chat.example.com/hook", "kind": "generic", "events": ["group.new"]},
     )
     assert response.status_code == 403
     assert Endpoint.objects.count() == 1
@@ -584,7 +890,7 @@ def test_an_outsider_gets_404(charlie_client, acme):
     assert charlie_client.get(reverse("front:notify_endpoint", args=["acme", hook.pk])).status_code == 404
     response = charlie_client.post(
         reverse("front:notify_project", args=["acme"]),
-        {"url": "https://chat.internal/hook", "kind": "generic", "events": ["group.new"]},
+        {"url": "https://chat.example.com/hook", "kind": "generic", "events": ["group.new"]},
     )
     assert response.status_code == 404
     for action in ("notify_test", "notify_pause", "notify_resume", "notify_delete"):
@@ -682,3 +988,87 @@ def test_a_decision_turning_stale_notifies_the_projects_endpoints(
     event = Event.objects.get(kind=EventKind.DECISION_STALE.value)
     assert "flashinfer 0.7.1" in json.dumps(event.payload)
     assert len(enqueued) == 1
+
+
+# ---------------------------------------------------------------- killed deliveries, time limits
+
+
+def _claimed_by_a_worker_that_died(delivery: Delivery, settings: Any) -> None:
+    """What a worker killed mid-request leaves: the delivery claimed for its attempt, long ago."""
+    assert services._claim(delivery.id, "dead-worker")
+    long_ago = services.timezone.now() - timedelta(seconds=services._claim_stale_seconds() + 1)
+    Delivery.objects.filter(id=delivery.id).update(claimed_at=long_ago)
+
+
+def test_a_delivery_whose_worker_was_killed_mid_request_is_recorded_as_interrupted_not_sent_twice(
+    acme, receiver, settings
+):
+    hook = endpoint(acme, receiver.url)
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    _claimed_by_a_worker_that_died(delivery, settings)
+    # the message comes back (acks_late) or the sweep sends it again
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert receiver.requests == []
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.FAILED and delivery.attempts == 1
+    assert delivery.error == services.INTERRUPTED_ERROR
+    attempt = delivery.attempt_rows.get()
+    assert (attempt.number, attempt.outcome, attempt.status_code) == (1, "failed", None)
+    hook.refresh_from_db()
+    assert hook.consecutive_failures == 1  # counts towards pausing
+    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FINISHED
+
+
+def test_a_redelivered_message_finding_a_fresh_claim_looks_again_once_it_would_be_stale(
+    acme, receiver, monkeypatch
+):
+    from dispatchlab.notify.tasks import delivery_send_task
+
+    hook = endpoint(acme, receiver.url)
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+    assert services._claim(delivery.id, "live-or-dead")
+    asked: dict[str, Any] = {}
+
+    def retry(**kwargs: Any) -> Exception:
+        asked.update(kwargs)
+        return RuntimeError("retried")
+
+    monkeypatch.setattr(delivery_send_task, "retry", retry)
+    with pytest.raises(RuntimeError, match="retried"):
+        delivery_send_task.run(delivery.id)
+    assert 0 < asked["countdown"] <= services._claim_stale_seconds() + 1
+    assert receiver.requests == []
+
+
+def test_a_delivery_stopped_at_the_soft_time_limit_is_recorded_as_interrupted(acme, receiver, monkeypatch):
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from dispatchlab.notify.tasks import delivery_send_task
+
+    hook = endpoint(acme, receiver.url)
+    delivery = services.endpoint_send_test(endpoint=hook, user=None)
+
+    def stuck(*args: Any, **kwargs: Any) -> None:
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(services, "http_post", stuck)
+    assert delivery_send_task.run(delivery.id) == "failed"
+    delivery.refresh_from_db()
+    assert delivery.status == Delivery.Status.FAILED and delivery.error == services.INTERRUPTED_ERROR
+    assert delivery.attempt_rows.get().outcome == "failed"
+    hook.refresh_from_db()
+    assert hook.consecutive_failures == 1
+
+
+def test_deliveries_go_to_their_own_queue_with_a_hard_time_limit_the_pool_arms(settings):
+    from dispatchlab.config.celery import app
+    from dispatchlab.notify.tasks import delivery_send_task
+
+    route = app.amqp.router.route({}, "notify.deliver")
+    assert route["queue"].name == settings.DISPATCHLAB_NOTIFY_QUEUE != settings.CELERY_TASK_DEFAULT_QUEUE
+    assert app.amqp.router.route({}, "reports.analyze")["queue"].name == settings.CELERY_TASK_DEFAULT_QUEUE
+    # billiard arms the hard timer only after the soft one: a task's soft limit must come first, or
+    # the parses' global soft limit (30 min) is all that is armed
+    soft, hard = delivery_send_task.soft_time_limit, delivery_send_task.time_limit
+    assert soft is not None and hard is not None
+    assert settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS < soft < hard < settings.CELERY_TASK_SOFT_TIME_LIMIT
