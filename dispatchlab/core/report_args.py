@@ -7,6 +7,7 @@ import argparse
 ENV_URL = "DISPATCHLAB_URL"
 ENV_TOKEN = "DISPATCHLAB_TOKEN"
 ENV_SECRET = "DISPATCHLAB_WEBHOOK_SECRET"
+ENV_PROJECT = "DISPATCHLAB_PROJECT"
 
 
 def add_report_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +30,11 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the API's answer as one JSON object")
     parser.add_argument("--title", default="", help="the report's title (default: job, branch, commit)")
-    parser.add_argument("--project", default="", help="project slug, for a caller in several projects")
+    parser.add_argument(
+        "--project",
+        default="",
+        help=f"project slug: names the webhook's project, or picks one of a token's (default: ${ENV_PROJECT})",
+    )
     ci = parser.add_argument_group("CI fields (read from GitHub Actions or GitLab CI when not given)")
     ci.add_argument("--job", help="the CI job's name")
     ci.add_argument("--commit", help="the commit under test")

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dispatchlab.core.report_args import ENV_SECRET, ENV_TOKEN, ENV_URL, add_report_arguments
+from dispatchlab.core.report_args import ENV_PROJECT, ENV_SECRET, ENV_TOKEN, ENV_URL, add_report_arguments
 from dispatchlab.core.upload import (
     EXIT_FAILED,
     EXIT_OK,
@@ -284,7 +284,7 @@ def options_from(args: argparse.Namespace, env: Mapping[str, str]) -> Options:
         wait=args.wait,
         json=args.json,
         title=args.title.strip(),
-        project=args.project.strip(),
+        project=(args.project or env.get(ENV_PROJECT, "")).strip(),
         ci=replace(ci, **overrides),
     )
 

@@ -413,6 +413,15 @@ def test_flags_override_what_the_ci_says(stand_in, tmp_path, capsys, monkeypatch
     assert capsys.readouterr().out == "report 5: queued\nhttp://dash/reports/5/\n"
 
 
+def test_a_delivery_names_the_project_from_dispatchlab_project(stand_in, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DISPATCHLAB_PROJECT", "serving")
+    server = stand_in(lambda seen: (201, detail("queued"), {}))
+    assert run(tmp_path, "--url", server.url, "--webhook-secret", SECRET, "--wait", "0") == 0
+    (seen,) = server.seen
+    assert seen.path == "/api/v1/hooks/ci?project=serving"
+    assert server_accepts(SECRET, seen.headers, seen.body)
+
+
 def test_json_prints_the_apis_answer(stand_in, tmp_path, capsys):
     server = stand_in(lambda seen: (201, detail("done", document=DOCUMENT, duplicate=False), {}))
     assert run(tmp_path, "--url", server.url, "--webhook-secret", SECRET, "--json") == 0

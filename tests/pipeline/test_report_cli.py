@@ -333,9 +333,11 @@ def test_the_github_actions_snippet_reports_a_failed_job(stack, crash_log, tmp_p
         "DISPATCHLAB_URL": stack.base_url,
         "DISPATCHLAB_WEBHOOK_SECRET": stack.webhook_secret,
     }
+    variables_of_the_repository = {"DISPATCHLAB_PROJECT": "pipeline"}
+    settings = {"secrets": secrets_of_the_repository, "vars": variables_of_the_repository}
     step_env = {
         name: re.sub(
-            r"\$\{\{\s*secrets\.(\w+)\s*\}\}", lambda m: secrets_of_the_repository[m.group(1)], value
+            r"\$\{\{\s*(secrets|vars)\.(\w+)\s*\}\}", lambda m: settings[m.group(1)][m.group(2)], value
         )
         for name, value in step["env"].items()
     }
@@ -383,6 +385,7 @@ def test_the_gitlab_snippet_reports_a_failed_job_and_stays_quiet_otherwise(stack
         # masked CI/CD variables of the project
         "DISPATCHLAB_URL": stack.base_url,
         "DISPATCHLAB_WEBHOOK_SECRET": stack.webhook_secret,
+        "DISPATCHLAB_PROJECT": "pipeline",
     }
     passed, pip_calls = ci_shell(
         tmp_path / "ok", script, clean_env(**runner, CI_JOB_STATUS="success"), crash_log
@@ -430,6 +433,9 @@ def test_the_readmes_api_quick_start_runs_as_written(stack, crash_log, tmp_path)
     # as a person in the repository root would run it, against this test's server and database
     script = script.replace(".venv/bin/", f"{BIN}/").replace(" manage.py ", f" {ROOT / 'manage.py'} ")
     script = script.replace("http://127.0.0.1:8000", stack.base_url)
+    # More projects with a webhook secret than the server checks an unnamed delivery against.
+    for number in range(9):
+        stack.manage("apitoken", "--user", "readme", "--project", f"readme-other-{number}", "--create")
     (tmp_path / "server.log").write_bytes(unique(crash_log))
     with gzip.open(tmp_path / "rank1.log.gz", "wb") as packed:
         packed.write(unique(crash_log))
