@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.pipeline.conftest import REDIS_URL
+
 pytestmark = pytest.mark.pipeline
 
 MAX_FAILURES = 5  # DISPATCHLAB_LOGIN_MAX_FAILURES's default, which the stack runs with
@@ -64,7 +66,20 @@ def _guess(stack, form: tuple[str, str], username: str, password: str, forwarded
     return page[:300]
 
 
-def test_forty_parallel_wrong_guesses_get_no_more_checks_than_the_limit(stack):
+@pytest.fixture(scope="module")
+def redis_cache_stack(tmp_path_factory, stack_with):
+    """Production keeps login counts in Redis (DISPATCHLAB_CACHE_URL), shared by every web process."""
+    with stack_with(tmp_path_factory.mktemp("redis-cache"), DISPATCHLAB_CACHE_URL=REDIS_URL) as running:
+        yield running
+
+
+@pytest.fixture(params=["file cache", "redis cache"])
+def login_stack(request, stack):
+    return stack if request.param == "file cache" else request.getfixturevalue("redis_cache_stack")
+
+
+def test_forty_parallel_wrong_guesses_get_no_more_checks_than_the_limit(login_stack):
+    stack = login_stack
     _make_user(stack, "carol")
     form = _login_form(stack)
     with ThreadPoolExecutor(40) as pool:
