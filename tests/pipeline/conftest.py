@@ -211,7 +211,7 @@ def started_stack(folder: Path, **settings: str) -> Iterator[Stack]:
         DISPATCHLAB_SECRET_KEY=secrets.token_urlsafe(40),
         DISPATCHLAB_DEBUG="false",
         DISPATCHLAB_ALLOWED_HOSTS="127.0.0.1,localhost",
-        # A backtracking redaction pattern is stopped after this long (tests/pipeline/test_redaction.py);
+        # A backtracking redaction pattern is stopped after this long (tests/pipeline/test_redaction_on_the_stack.py);
         # the webhooks of the notify tests listen on loopback, which deliveries refuse by default.
         **{
             "DISPATCHLAB_STALE_CLAIM_SECONDS": str(STALE_SECONDS),
