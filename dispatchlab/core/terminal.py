@@ -20,14 +20,27 @@ _COMPILE = re.compile(
     r"ptxas\b|\bnvcc\b|CompilationError|PTXASError|Ninja build failed|ninja: build stopped|Error building extension|"
     r"errors? detected in the compilation of|CalledProcessError: Command '\[?'?\S*(?:ninja|nvcc|ptxas|c\+\+|g\+\+|cc)\b|"
     r"triton\.compiler|torch\._inductor|InductorError|BackendCompilerFailed|JIT compil|cpp_extension|"
-    r"flashinfer[/.]jit|deep_gemm[/.]jit|failed to compile|compilation failed",
+    r"flashinfer[/.]jit|deep_gemm[/.]jit|failed to compile|compilation failed|"
+    # a C/C++/HIP compiler or LLVM that stopped on its own: no Python exception names it
+    r"\bfatal error: |compilation terminated|\d+ errors? generated|LLVM ERROR|internal compiler error|"
+    r"MLIR pass pipeline|failed build jit",
     re.I,
 )
 _ARCH_REFUSED = re.compile(
     r"is not defined for option 'gpu-name'|[Uu]nsupported (?:gpu |GPU |CUDA )?arch(?:itecture)?\b|(?:sm|compute)_\d+a?\b[^.\n]{0,40}not supported|"
     r"(?:arch(?:itecture)?|SM|GPU|device|dtype)[^.\n]{0,40}(?:is |are )?not supported|not supported (?:on|in|for) (?:this|the current|your) "
     r"(?:GPU|device|arch)|requires (?:SM|sm_?|compute capability )\d+|except on [^.\n]*Arch|only supports? (?:SM|sm_?)\d+|"
-    r"no kernel image is available|hipErrorNoBinaryForGpu|invalid device function",
+    r"no kernel image is available|hipErrorNoBinaryForGpu|invalid device function|"
+    r"[Nn]o (?:\w+ )?kernels? (?:found |available )?for (?:compute |CUDA )?capability|"
+    r"[Rr]equired (?:compute |CUDA )?capability[ :=]+\d|only supports? \w+ GPUs? or newer",
+)
+# A missing header decides between two classes: the top-level header of a package the build depends on (a
+# development package or toolkit that is not installed) is a dependency; any other header (one of the
+# source tree, or a toolkit's internal file its own release should ship) is a build that does not fit.
+_PACKAGE_HEADER_MISSING = re.compile(
+    r"fatal error: ['\"<]?(?:Python|cuda|cuda_runtime|cuda_runtime_api|cuda_fp8|cuda_bf16|cublas\w*|cusparse\w*|"
+    r"curand\w*|cudnn\w*|nccl|rccl|numa|mpi|nvml|hip/hip_runtime|infiniband/verbs)\.h['\">]?: "
+    r"(?:No such file or directory|file not found)"
 )
 _RUNNER_ASSERT = re.compile(
     r"\[TensorRT-LLM\]\[ERROR\] Assertion failed|Error in function '\w+'|Assertion failed: "
@@ -35,6 +48,7 @@ _RUNNER_ASSERT = re.compile(
 _GPU_FAULT = re.compile(
     r"CUDA error|illegal memory access|device-side assert|misaligned address|unspecified launch failure|cudaError\w*|"
     r"CUBLAS_STATUS|CUDNN_STATUS|HIP error|hipError\w+|GPU page fault|VM_L2_PROTECTION_FAULT|\bXid\b|"
+    r"Memory access fault by GPU|HW Exception by GPU|HSA_STATUS_ERROR\w*|hardware exception|"
     r"Segmentation fault|SIGSEGV|exit code -11|\.cuh?:? ?\d+ ?[-:] ?(?:invalid argument|invalid device function)",
     re.I,
 )
@@ -57,11 +71,13 @@ _CONFIG_FRAME = re.compile(
 )
 _CONFIG_TEXT = re.compile(
     r"invalid choice|unrecognized arguments|is not a valid|must be|should be|not supported|unsupported|is required|"
-    r"ValidationError|expected one argument|Unknown",
+    r"ValidationError|validation errors? for \w+|\[type=[a-z_]+, input_value=|expected one argument|Unknown",
     re.I,
 )
 _OOM = re.compile(
-    r"out of memory|OutOfMemoryError|\bOOM\b|Not enough memory|No available memory for the cache|exit code: -9|oom-kill|\bKilled\b",
+    r"out of memory|OutOfMemoryError|\bOOM\b|Not enough memory|No available memory for the cache|exit code: -9|oom-kill|\bKilled\b|"
+    # the memory left for the KV cache came out negative: the weights and activations took it all
+    r"insufficient GPU memory|KV cache\b[^\n]{0,60}?-\d+(?:\.\d+)? ?[GM]i?B",
     re.I,
 )
 _NCCL = re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|ncclInternalError|\bGloo\b", re.I)
@@ -140,6 +156,16 @@ RULES: list[_Rule] = [
         "The toolchain (ptxas/nvcc) or the kernel library does not support the arch or dtype it was asked to compile for.",
         "Use a CUDA toolkit and kernel library release that support this arch, or a backend that does.",
         lambda f: bool(_COMPILE.search(f.everything) and _ARCH_REFUSED.search(f.text)),
+    ),
+    (
+        "dependency_error",
+        "A build needs a package's headers that are not installed",
+        "The compiler stopped at an `#include` of a package's own header (Python, the CUDA toolkit, NCCL, cuDNN, "
+        "NUMA, MPI): the package or its development files are missing from the build environment, so nothing is "
+        "wrong with the code being built.",
+        "Install the development package that provides the header (python3-dev, the CUDA toolkit, libnuma-dev ...) "
+        "or point CUDA_HOME / CPATH at it, then rebuild.",
+        lambda f: bool(_PACKAGE_HEADER_MISSING.search(f.text)),
     ),
     (
         "compile_error",

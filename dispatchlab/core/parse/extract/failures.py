@@ -157,13 +157,18 @@ class Failures:
         "cuda_error": (
             r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|"
             r"hipError\w+|GPU page fault|VM_L2_PROTECTION_FAULT|NVRM: Xid|\[HIP error\]|"
+            # the ROCm runtime's own report of a GPU fault (no Python exception follows: the process aborts)
+            r"Memory access fault by GPU node|HW Exception by GPU node|HSA_STATUS_ERROR_(?:EXCEPTION|MEMORY_APERTURE_VIOLATION)|"
             # a CUDA runtime error string printed by a kernel's own check: `gemm.cu 64 - invalid argument`
             r"\.cuh?:? ?\d+ ?[-:] ?(?:invalid argument|an illegal memory access|misaligned address|"
             r"unspecified launch failure|invalid device function|out of memory)"
         ),
         "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
         "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
-        "oom": r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase",
+        "oom": (
+            r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase|"
+            r"insufficient GPU memory|No available memory for the cache blocks"
+        ),
         "vllm_engine_failed": (
             r"EngineCore failed to start|Engine core initialization failed|EngineCore encountered (?:a fatal error|an issue)|"
             r"WorkerProc (?:failed|hit an exception)|died unexpectedly"
@@ -177,14 +182,22 @@ class Failures:
         "arch_refused": (
             r"not supported (?:in|on|for) (?:this|the current|your) (?:architecture|GPU|device|arch)|"
             r"[Uu]nsupported (?:GPU |gpu |CUDA )?architecture|No supported CUDA architectures? found|"
-            r"no kernel image is available for execution on the device"
+            r"no kernel image is available for execution on the device|"
+            # "no kernel for capability 120, required capability 100", "only supports Ampere GPUs or newer"
+            r"[Nn]o (?:\w+ )?kernels? (?:found |available )?for (?:compute |CUDA )?capability|"
+            r"[Rr]equired (?:compute |CUDA )?capability[ :=]+\d|only supports? \w+ GPUs? or newer"
         ),
         # an exception quoted in the middle of a line (a pasted note, `# Error 1: RuntimeError: ...`)
         "exception_quoted": r"[\s#:>\]]\(?(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception): \S",
         # a JIT build that failed: the compiler's own words, before any Python traceback
         "compile_failed": (
             r"\d+ errors? detected in the compilation of|ptxas (?:fatal|error)\b|nvcc (?:fatal|error)\b|"
-            r"ninja: build stopped|^FAILED: \S+\.(?:o|so)\b|Error building extension|error: command '\S+' failed"
+            r"ninja: build stopped|^FAILED: \S+\.(?:o|so)\b|Error building extension|error: command '\S+' failed|"
+            # a C/C++/HIP compiler or LLVM stopping on its own, with no Python traceback around it
+            r"\bfatal error: \S.*(?:No such file or directory|file not found)|^compilation terminated\.|"
+            r"\d+ errors? generated(?: when compiling for \w+)?\.|^LLVM ERROR: |internal compiler error|"
+            r"Failures have been detected while processing an MLIR pass pipeline|ptxas\b.*\berror\s*: |"
+            r"failed build jit \["
         ),
         # an access-log answer other than 200 OK (those are routine): the server is up and answering
         "http_answer": r"\"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \S+ HTTP/\d(?:\.\d)?\" (?P<status>[13-5]\d\d|2[1-9]\d|20[1-9])\b",
