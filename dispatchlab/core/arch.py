@@ -62,6 +62,25 @@ def normalise_arch(token: str) -> str | None:
     return f"sm_{m.group(1)}"
 
 
+# AMD names its archs by gfx target (gfx90a MI250, gfx942 MI300, gfx950 MI355, gfx1100 RX 7900, gfx1201 R9700)
+AMD_ARCH = re.compile(r"\bgfx(?:9\d[0-9a-f]|1[0-2]\d[0-9a-f])\b")
+# where a gfx target is the running device's: rocminfo, torch's gcnArchName, a HIP code object built for
+# it, a compile for it, the ROCm arch the build was told to target
+_AMD_DEVICE = re.compile(
+    r"Name:\s*gfx|gcnArchName|amdhsa--gfx|compil\w* for gfx|ROCM_ARCH\W{0,4}gfx|[Dd]etected\b[^\n]{0,40}gfx|"
+    r"(?:device|GPU|arch(?:itecture)?)\W{0,4}gfx|on gfx|for gfx"
+)
+
+
+def amd_arch(msg: str) -> tuple[str, int] | None:
+    """The gfx target a line names and how sure that it is the device's (2: a device or build-for statement,
+    1: a mention in an error or a path). A line naming several targets (a build list) names none."""
+    targets = set(AMD_ARCH.findall(msg))
+    if len(targets) != 1:
+        return None
+    return targets.pop(), 2 if _AMD_DEVICE.search(msg) else 1
+
+
 def capability_of(arch: str | None) -> str | None:
     if not arch or not arch.startswith("sm_"):
         return None

@@ -72,6 +72,8 @@ class Environment:
             r"--gpu-name[= ]sm_\d|for option 'gpu-name'|\.cache/flashinfer/[\w.+-]*/?\w+/(?:cached_ops|generated)|"
             r"-gencode[= ]arch=compute_\d|--generate-code[= ]arch=compute_\d|NVCC compilation failed: nvcc fatal"
         ),
+        # an AMD gfx target, in a device line or an error message (arch.amd_arch says which)
+        "amd_arch": r"\bgfx(?:9\d[0-9a-f]|1[0-2]\d[0-9a-f])\b",
         "sglang_version_line": r"(?:sglang|SGLang)(?: version|==| v)[ :]?(?P<version>\d+\.\d+\.\d+[\w.+-]*)",
         # NCCL_DEBUG=INFO: the transport NCCL chose between two ranks
         "nccl_channel": (
@@ -163,6 +165,10 @@ class Environment:
                 arch = archmod.arch_from_gpu_name(name.group(0))
                 if arch:
                     obs.suggest_arch(arch, 2, name=name.group(0).strip())
+        if "amd_arch" in hits:
+            found = archmod.amd_arch(line.msg)
+            if found:
+                obs.suggest_arch(*found)
         if obs.arch_strength < 1 and (
             "kernel_name" in hits or "tb_frame" in hits or "device_statement" in hits
         ):

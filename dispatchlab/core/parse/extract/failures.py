@@ -91,6 +91,9 @@ _REQUEST_TEXT_RULE = (
 _REQUEST_TEXT = re.compile(_REQUEST_TEXT_RULE)
 _AFTER_STOP_KINDS = {"killed", "signal", "exit_code", "subproc_crash", "died_init"}
 _ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", "oom"})
+# a GPU that faulted, and the stall reports that a fault makes other ranks print while they wait for it
+_HARD_FAULT_KINDS = frozenset({"cuda_error", "device_assert"})
+_STALL_KINDS = frozenset({"watchdog"})
 _FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
 _NCCL_CHATTER = re.compile(r"NCCL (?:WARN|INFO)")
 
@@ -223,6 +226,23 @@ class Failures:
     def finish(self) -> None:
         for key in list(self.open):
             self._close(key)
+        self._fault_after_stall()
+
+    def _fault_after_stall(self) -> None:
+        """A watchdog that fired before a hard GPU fault reported the stall the fault caused: the fault is
+        the failure, so the watchdog line stops being fatal evidence (it stays on the timeline)."""
+        obs = self.obs
+        faults = [f.line for f in obs.fatal_lines if f.kind in _HARD_FAULT_KINDS]
+        if not faults:
+            return
+        last_fault = max(faults)
+        stalls = {f.line for f in obs.fatal_lines if f.kind in _STALL_KINDS and f.line < last_fault}
+        if not stalls:
+            return
+        obs.fatal_lines = [f for f in obs.fatal_lines if f.line not in stalls]
+        for entry in obs.errors.values():
+            if entry.line in stalls:
+                entry.fatal = False
 
     # ---------------------------------------------------------------- tracebacks
     def _traceback_line(self, line: Line, hits: Hits) -> bool:
