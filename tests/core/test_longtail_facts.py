@@ -224,3 +224,19 @@ def test_every_vllm_line_format_puts_its_events_on_the_timeline_with_time_and_ra
     assert errors[4]["rank"] == "Worker_TP1"
     assert errors[5]["rank"] == "VllmWorker rank=1"
     assert doc["server"] == "vllm"
+
+
+@pytest.mark.parametrize(
+    ("text", "arch"),
+    [
+        ("1 error generated when compiling for gfx90a.\n", "gfx90a"),
+        ("  Name:                    gfx942\n", "gfx942"),
+        ("hsaco: /opt/aiter/hsa/gfx950/fmoe/fmoe_bf16_kernel.co\n", "gfx950"),
+        # a build list names several targets, so none is the device's
+        ("PYTORCH_ROCM_ARCH='gfx90a;gfx942;gfx1100'\n", None),
+    ],
+)
+def test_an_amd_gfx_target_is_read_from_errors_and_device_lines(tmp_path, text: str, arch: str | None):
+    log = tmp_path / "amd.log"
+    log.write_text(text)
+    assert analyze_paths([log])["gpu"]["arch"] == arch

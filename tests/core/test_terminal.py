@@ -169,3 +169,102 @@ def test_a_quoted_exception_in_a_warning_is_not_a_crash(tmp_path: Path):
     )
     doc = analyze_paths([log])
     assert doc["crash"] is None and doc["failure_class"] == "none"
+
+
+def test_flashinfer_kernels_that_cannot_be_downloaded_offline_are_a_dependency_with_the_install_fix():
+    doc = analyze_paths([TERMINAL / "flashinfer_cubin_offline.log"])
+    assert doc["failure_class"] == "dependency_error"
+    top = doc["matches"][0]
+    assert top["id"] == "flashinfer-cubin-download-offline"
+    assert "flashinfer-cubin" in top["fix"]["summary"] and "FLASHINFER_CUBIN_DIR" in top["fix"]["summary"]
+    assert top["fix"]["tried_and_failed"]
+
+
+def test_a_gpu_fault_after_stall_warnings_is_the_fault_not_a_hang():
+    doc = analyze_paths([TERMINAL / "vllm_stall_then_cuda_fault.log"])
+    assert doc["failure_class"] == "cuda_error"
+
+
+def test_a_gpu_fault_printed_after_a_watchdog_fired_decides_the_class(tmp_path: Path):
+    log = tmp_path / "stall.log"
+    log.write_text(
+        "[2026-02-01 10:00:00 TP0] Decode batch. #running-req: 30, #token: 41230, token usage: 0.31, "
+        "gen throughput (token/s): 1510.22, #queue-req: 0\n"
+        "[2026-02-01 10:05:01 TP3] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n"
+        "NVRM: Xid (PCI:0000:9a:00): 79, pid=1123, GPU has fallen off the bus.\n"
+    )
+    assert analyze_paths([log])["failure_class"] == "cuda_error"
+
+
+def test_a_watchdog_with_no_fault_after_it_stays_a_hang(tmp_path: Path):
+    log = tmp_path / "hang.log"
+    log.write_text(
+        "[2026-02-01 10:05:01 TP3] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n"
+    )
+    assert analyze_paths([log])["failure_class"] == "timeout_hang"
+
+
+@pytest.mark.parametrize(
+    ("text", "failure_class"),
+    [
+        # a compiler that stopped on a header of the source tree: the build does not fit
+        (
+            "csrc/moe/topk_kernels.cu:14:10: fatal error: cub/block/radix_rank_sort_ops.cuh: No such file or directory\n"
+            "compilation terminated.\n",
+            "compile_error",
+        ),
+        # a package's own top-level header missing: its development files are not installed
+        (
+            "csrc/ops.cpp:3:10: fatal error: Python.h: No such file or directory\ncompilation terminated.\n",
+            "dependency_error",
+        ),
+        (
+            "LLVM ERROR: Cannot select: intrinsic %llvm.amdgcn.mfma.scale.f32.32x32x64.f8f6f4\n",
+            "compile_error",
+        ),
+        (
+            "Memory access fault by GPU node-4 (Agent handle: 0x55aa) on address 0x7f00. Reason: Unknown.\n",
+            "cuda_error",
+        ),
+        ("RuntimeError: Executor creation failed due to insufficient GPU memory.\n", "oom"),
+        ("INFO 02-01 10:00:00 [gpu_worker.py:298] Available KV cache memory: -3.61 GiB\n", "oom"),
+        (
+            "RuntimeError: no fp8 kernel for capability 89, required capability 90\n",
+            "arch_unsupported_kernel",
+        ),
+        (
+            "pydantic_core._pydantic_core.ValidationError: 1 validation error for EngineSettings\n"
+            "  Value error, block_size must be a power of two [type=value_error, input_value={'block_size': 24}, "
+            "input_type=dict]\n",
+            "config_error",
+        ),
+    ],
+)
+def test_a_crash_with_no_python_traceback_is_classed_not_incomplete(
+    tmp_path: Path, text: str, failure_class: str
+):
+    log = tmp_path / "paste.log"
+    log.write_text(text)
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == failure_class
+    assert doc["outcome"] == "crashed"
+
+
+def test_a_pd_kv_transfer_failure_while_serving_is_a_transfer_error_and_the_server_still_serves(
+    tmp_path: Path,
+):
+    log = tmp_path / "pd.log"
+    log.write_text(
+        "[2026-01-20 03:11:58 TP0] Decode batch. #running-req: 4, #token: 9100, token usage: 0.05, "
+        "gen throughput (token/s): 310.10, #queue-req: 0\n"
+        "[2026-01-20 03:12:09 TP1] Decode transfer failed for request rank=1 decode_req.req.rid='9f' "
+        "decode_req.req.bootstrap_room=71 with exception KVTransferError(bootstrap_room=71): Failed to get kvcache "
+        "from prefill instance, it might be dead\n"
+        '[2026-01-20 03:12:10] INFO:     10.0.0.7:51234 - "POST /generate HTTP/1.1" 200 OK\n'
+        "[2026-01-20 03:12:12 TP0] Decode batch. #running-req: 3, #token: 8800, token usage: 0.05, "
+        "gen throughput (token/s): 305.72, #queue-req: 0\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == "nccl_error"
+    assert doc["matches"][0]["id"] == "pd-kv-transfer-failed"
+    assert doc["outcome"] == "serving"
