@@ -200,7 +200,9 @@ class ParsedLog:
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
-        doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in _NOT_IN_DOCUMENT}
+        doc = {
+            name: getattr(self, name) for name in self.__dataclass_fields__ if name not in _NOT_IN_DOCUMENT
+        }
         doc["gpu"] = vars(self.gpu).copy()
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
         doc["tracebacks"] = [t.to_dict() for t in self.tracebacks]

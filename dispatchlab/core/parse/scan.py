@@ -22,6 +22,7 @@ from dispatchlab.core.parse.extract.failures import Failures
 from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
+from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
 from dispatchlab.core.parse.model import PatternHit
@@ -48,6 +49,7 @@ _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 _START_RULES = frozenset({"args_dump", "vllm_non_default", "vllm_version", "launch"})
 _ENGINE_START_RULES = frozenset({"vllm_engine_config"})
 _ANY_START = _START_RULES | _ENGINE_START_RULES
+_CLOCK_BACK_SECONDS = 60
 _COMMAND_AT_START = 40  # a launch command opens its line (after a prompt or a short label), not quoted in one
 
 
@@ -191,8 +193,9 @@ class Scan:
             return False
         if _ENGINE_START_RULES.isdisjoint(hits):
             return True
-        went_back = bool(line.time and self.run_latest_time and line.time < self.run_latest_time)
-        return went_back or run_ended(obs) or bool(self.failures.open)
+        # processes flush out of order by seconds; a start a minute before the run's latest line is another run
+        back = seconds_between(line.time, self.run_latest_time)
+        return (back is not None and back > _CLOCK_BACK_SECONDS) or run_ended(obs) or bool(self.failures.open)
 
     @staticmethod
     def _is_banner(line: Line, hits: Hits) -> bool:

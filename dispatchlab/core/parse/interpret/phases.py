@@ -95,7 +95,9 @@ def outcome(obs: Observations, crash: Crash | None) -> str:
     if crash is not None:
         return "crashed"
     # the metric count is the file's; a later run of several answered when its own sampled lines show it
-    metrics = obs.metric_total > 0 if obs.run_first_line == 1 else (obs.last_metric_line or 0) >= obs.run_first_line
+    metrics = (
+        obs.metric_total > 0 if obs.run_first_line == 1 else (obs.last_metric_line or 0) >= obs.run_first_line
+    )
     answered = obs.first_decode_line is not None or metrics or obs.served_line is not None
     if obs.ready_line is not None:
         return "serving" if answered else "ready"
