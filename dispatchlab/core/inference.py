@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from dispatchlab.core.parse.model import ParsedLog
+from dispatchlab.core.parse.model import Crash, ParsedLog, Traceback
 
 if TYPE_CHECKING:
     from dispatchlab.core.terminal import TerminalDiagnosis
@@ -63,22 +64,38 @@ def _kernel_stem(name: str) -> str:
     return re.split(r"_t\d+x\d+", name)[0] if name.lower().startswith("bmm_") else re.sub(r"\d+", "#", name)
 
 
+def _crash_parts(crash: Crash, tb: Traceback | None) -> list[str]:
+    parts = [crash.exception or "", _normalise_text(crash.message or "")]
+    for frame in tb.frames if tb else []:
+        m = _APP_PACKAGES.search(frame.file.replace("\\", "/"))
+        if m:
+            parts.append(f"{m.group(1)}:{frame.function}")
+    return parts
+
+
+def _digest(parts: list[str], kernels: Iterable[str]) -> str:
+    parts = [*parts, *sorted({_kernel_stem(k) for k in kernels})]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def fingerprint(parsed: ParsedLog, failure_class: str, best_id: str | None) -> str:
-    """Stable across ranks, paths, addresses and shapes: the same crash on another run gets the same one."""
+    """Stable across ranks, paths, addresses and shapes: the same crash on another run gets the same one.
+    A file of several runs (a crash loop) is the last run's: earlier runs' lines are not in `parsed`'s
+    crash, tracebacks or kernels, so N copies of one crash have the fingerprint of one copy."""
     crash = parsed.crash
     parts: list[str] = [failure_class]
     if crash:
-        parts += [crash.exception or "", _normalise_text(crash.message or "")]
-        tb = parsed.traceback_at(crash.line)
-        for frame in tb.frames if tb else []:
-            m = _APP_PACKAGES.search(frame.file.replace("\\", "/"))
-            if m:
-                parts.append(f"{m.group(1)}:{frame.function}")
+        parts += _crash_parts(crash, parsed.traceback_at(crash.line))
     elif best_id:
         parts.append(best_id)
     else:
         first = next((e for e in parsed.errors if e.kind not in ("sigquit", "error")), None)
         if first:
             parts.append(_normalise_text(first.text))
-    parts.extend(sorted({_kernel_stem(k) for k in parsed.kernels}))
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return _digest(parts, parsed.kernels)
+
+
+def run_fingerprint(outcome: str, crash: Crash | None, tb: Traceback | None) -> str:
+    """One run's ending, from the parse alone (no knowledge base): runs that ended the same way share it.
+    Without kernels: the lines a restart prints before its banner still fall in the run before."""
+    return _digest([outcome, *(_crash_parts(crash, tb) if crash else [])], ())

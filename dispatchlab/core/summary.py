@@ -45,7 +45,7 @@ def _head(doc: dict[str, Any]) -> list[str]:
     if versions:
         out.append("versions " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     out.append(f"outcome  {doc.get('outcome')}   ({doc.get('line_count', 0):,} lines)")
-    return out
+    return out + describe_runs(doc.get("runs") or [])
 
 
 def _backends(doc: dict[str, Any]) -> list[str]:
@@ -114,6 +114,47 @@ def _crash(doc: dict[str, Any]) -> list[str]:
     kernels = doc.get("kernels") or []
     if kernels:
         out.append(f"kernels  {', '.join(kernels[:6])}")
+    return out
+
+
+def _indices(indices: list[int]) -> str:
+    """`1-3, 5`: run numbers folded into ranges (a crash loop has thousands)."""
+    spans: list[list[int]] = []
+    for index in indices:
+        if spans and index == spans[-1][1] + 1:
+            spans[-1][1] = index
+        else:
+            spans.append([index, index])
+    text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans[:12])
+    return text + (", ..." if len(spans) > 12 else "")
+
+
+def _ending(run: dict[str, Any]) -> str:
+    if run.get("outcome") != "crashed":
+        return str(run.get("outcome"))
+    where = f" in {run['phase']}" if run.get("phase") else ""
+    what = run.get("exception") or "fatal"
+    message = (run.get("message") or "")[:120]
+    return f"crashed{where}: {what}" + (f": {message}" if message else "")
+
+
+def describe_runs(runs: list[dict[str, Any]]) -> list[str]:
+    """A file of several runs in a few lines: "N runs, all crashed the same way", or how they ended, each
+    way with its runs (runs that ended the same way share a fingerprint)."""
+    if len(runs) < 2:
+        return []
+    ways: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        ways.setdefault(str(run.get("fingerprint")), []).append(run)
+    last = runs[-1]
+    which = f"the diagnosis is run {last['index']}'s (lines {last['first_line']}-{last['last_line']})"
+    if len(ways) == 1:
+        verb = "crashed" if last.get("outcome") == "crashed" else f"ended {last.get('outcome')}"
+        return [f"runs     {len(runs)} runs, all {verb} the same way; {which}", f"         {_ending(last)}"]
+    out = [f"runs     {len(runs)} runs ended {len(ways)} different ways; {which}"]
+    for group in ways.values():
+        label = "run" if len(group) == 1 else "runs"
+        out.append(f"         {label} {_indices([r['index'] for r in group])}: {_ending(group[0])}")
     return out
 
 

@@ -125,6 +125,35 @@ class Metrics:
     sampled_every: int = 1
 
 
+@dataclass(slots=True)
+class RunSummary:
+    """One server start of a file that holds several (a supervisor restarting a crashing server, attempts
+    concatenated): small on purpose, a crash loop keeps thousands of them."""
+
+    index: int
+    first_line: int
+    last_line: int
+    outcome: str
+    exception: str | None
+    fingerprint: str  # the same for runs that ended the same way (outcome, exception, message, frames)
+    crash_line: int | None = None
+    phase: str | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "first_line": self.first_line,
+            "last_line": self.last_line,
+            "outcome": self.outcome,
+            "exception": self.exception,
+            "fingerprint": self.fingerprint,
+            "crash_line": self.crash_line,
+            "phase": self.phase,
+            "message": self.message,
+        }
+
+
 @dataclass
 class ParsedLog:
     server: str = "unknown"
@@ -156,6 +185,9 @@ class ParsedLog:
     truncated_events: int = 0
     # NCCL_DEBUG=INFO: the transport chosen per rank pair ({"a", "b", "transport", "via", "line"}), deduplicated
     nccl_transports: list[dict[str, Any]] = field(default_factory=list)
+    # the server starts of a file that holds several, the last one being what crash and outcome describe;
+    # empty for one run (and then left out of the JSON document)
+    runs: list[RunSummary] = field(default_factory=list)
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
 
@@ -168,7 +200,9 @@ class ParsedLog:
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
-        doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "pattern_hits"}
+        doc = {
+            name: getattr(self, name) for name in self.__dataclass_fields__ if name not in _NOT_IN_DOCUMENT
+        }
         doc["gpu"] = vars(self.gpu).copy()
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
         doc["tracebacks"] = [t.to_dict() for t in self.tracebacks]
@@ -178,4 +212,9 @@ class ParsedLog:
         doc["errors"] = [vars(e).copy() for e in self.errors]
         doc["backend_origins"] = {k: vars(v).copy() for k, v in self.backend_origins.items()}
         doc["draft_backend_origins"] = {k: vars(v).copy() for k, v in self.draft_backend_origins.items()}
+        if len(self.runs) > 1:
+            doc["runs"] = [run.to_dict() for run in self.runs]
         return doc
+
+
+_NOT_IN_DOCUMENT = frozenset({"pattern_hits", "runs"})

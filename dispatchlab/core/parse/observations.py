@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dispatchlab.core.parse.lineformat import Line
-from dispatchlab.core.parse.model import ErrorLine, Event, Origin, PatternHit, Traceback
+from dispatchlab.core.parse.model import ErrorLine, Event, Origin, PatternHit, RunSummary, Traceback
 from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, MAX_TIMELINE_EVENTS
 
 
@@ -85,6 +85,33 @@ class Observations:
     metric_total: int = 0
     first_decode_line: int | None = None
     last_metric_line: int | None = None
+    # runs: a file can hold several server starts; the failure and startup fields above, the args dumps and
+    # the backends announced are the current run's (`new_run` clears them); versions, GPU and the launch
+    # command (a supervisor may echo it once) are the file's
+    run_first_line: int = 1
+    runs: list[RunSummary] = field(default_factory=list)  # the runs before the current one
+
+    def new_run(self, first_line: int) -> None:
+        """The server starts again at `first_line`: what decides a crash starts afresh."""
+        self.run_first_line = first_line
+        self.server_args = {}
+        self.server_args_complete = True
+        self.dump_line = None
+        self.vllm_args = {}
+        self.model = None
+        self.announcements = []
+        self.pattern_hits = {}
+        self.milestones = []
+        self.ready_line = None
+        self.tracebacks = []
+        self.ignored_traceback_lines = set()
+        self.kernels = {}
+        self.errors = {}
+        self.fatal_lines = []
+        self.stop_line = None
+        self.request_error_lines = set()
+        self.served_line = None
+        self.first_decode_line = None
 
     def event(self, line: Line, kind: str, name: str, detail: str, model: str | None = None) -> None:
         if len(self.timeline) >= MAX_TIMELINE_EVENTS:

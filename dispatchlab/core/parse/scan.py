@@ -15,19 +15,22 @@ from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
-from dispatchlab.core.parse.extract.arguments import Arguments
+from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
 from dispatchlab.core.parse.extract.backends import Backends
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
 from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
+from dispatchlab.core.parse.interpret.phases import seconds_between
+from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
 from dispatchlab.core.parse.model import PatternHit
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.parse.vocabulary import (
     MAX_MESSAGE,
+    MAX_TIMELINE_EVENTS,
     METRIC_POINTS_TARGET,
     ProgressCallback,
 )
@@ -38,6 +41,16 @@ EXTRACTORS: tuple[type[Extractor], ...] = (Arguments, Environment, Milestones, B
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
+# What a server prints once per start, read from SGLang's and vLLM's own startup logging: SGLang's args dump,
+# vLLM's API-server version and non-default args, a launch command line. vLLM's engine banner ("Initializing
+# a V1 LLM engine ... with config:") is printed by every data-parallel engine, so it starts a run only after
+# the last one failed, stopped or came up, or when the clock went back. "Starting vLLM API server on" is
+# not one: vLLM prints it when the engine is up (the `vllm_ready` milestone).
+_START_RULES = frozenset({"args_dump", "vllm_non_default", "vllm_version", "launch"})
+_ENGINE_START_RULES = frozenset({"vllm_engine_config"})
+_ANY_START = _START_RULES | _ENGINE_START_RULES
+_CLOCK_BACK_SECONDS = 60
+_COMMAND_AT_START = 40  # a launch command opens its line (after a prompt or a short label), not quoted in one
 
 
 class CompiledRules:
@@ -67,6 +80,13 @@ class Scan:
         self.last_process: str | None = None  # the rank of the last prefixed line: bare lines belong to it
         self.obs = Observations()
         self.metrics = Metrics(self.obs)
+        self.source_first_line = 1
+        self.run_timeline_start = 0  # the current run's first event in obs.timeline
+        self.run_latest_time: str | None = None
+        self.run_banner_line: int | None = None  # the current run's first start banner
+        self._make_extractors()
+
+    def _make_extractors(self) -> None:
         made = {cls: cls(self.obs) for cls in EXTRACTORS}
         failures = made[Failures]
         assert isinstance(failures, Failures)
@@ -110,16 +130,25 @@ class Scan:
         line = split_line(number, decode_line(raw), obs.year)
         if not line.prefixed:
             line.rank = self.last_process  # a bare line belongs to the process printing around it
+        hits, extra = self._hits(line, rule_ids)
+        if not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits):
+            if self._starts_run(line, hits):
+                self._new_run(line)
+            elif self.run_banner_line is None:
+                self.run_banner_line = line.number
+        for index, m in extra:
+            self._extra_hit(index, line, m)
         if line.time:
             if line.style == "sglang" and obs.year is None:
                 obs.year = line.time[:4]
             obs.last_time = line.time
+            if self.run_latest_time is None or line.time > self.run_latest_time:
+                self.run_latest_time = line.time
         self._note_process(line)
         if line.style == "trtllm":
             obs.server_votes["tensorrt_llm"] += 3
         elif line.style in ("sglang", "vllm"):
             obs.server_votes[line.style] += 1
-        hits = self._hits(line, rule_ids)
         if hits:
             for extractor, wants in self.extractors:
                 if not wants.isdisjoint(hits) and extractor.handle(line, hits, following):
@@ -129,20 +158,80 @@ class Scan:
         if line.prefixed:
             self.last_process = line.rank
 
-    def _hits(self, line: Line, rule_ids: tuple[int, ...] | None) -> Hits:
+    def _hits(
+        self, line: Line, rule_ids: tuple[int, ...] | None
+    ) -> tuple[Hits, list[tuple[int, re.Match[str]]]]:
+        """The extractors' rules that match the line, and the extra patterns' (recorded once the line's run
+        is known)."""
         regex = self.rules.scanner.regex
         names = self.rules.names
         base = self.rules.rule_count
         hits: Hits = {}
+        extra: list[tuple[int, re.Match[str]]] = []
         for rule in range(len(self.rules.scanner.patterns)) if rule_ids is None else rule_ids:
             m = regex(rule).search(line.msg)
             if m is None:
                 continue
             if rule >= base:
-                self._extra_hit(rule - base, line, m)
+                extra.append((rule - base, m))
             else:
                 hits[names[rule]] = m
-        return hits
+        return hits, extra
+
+    # ---------------------------------------------------------------- runs
+    def _starts_run(self, line: Line, hits: Hits) -> bool:
+        """A start banner begins a new run when the current run started with one and got somewhere in this
+        file since; banners with nothing between them are one start (several ranks, nodes or processes
+        printing it). A run with no banner of its own is an excerpt (an error pasted above its command)."""
+        obs = self.obs
+        if self.run_banner_line is None:
+            return False
+        progress = last_progress(obs)
+        for current in self.failures.open.values():
+            progress = max(progress, current.tb.line)
+        if progress <= self.run_banner_line or progress < self.source_first_line:
+            return False
+        if _ENGINE_START_RULES.isdisjoint(hits):
+            return True
+        # processes flush out of order by seconds; a start a minute before the run's latest line is another run
+        back = seconds_between(line.time, self.run_latest_time)
+        return (back is not None and back > _CLOCK_BACK_SECONDS) or run_ended(obs) or bool(self.failures.open)
+
+    @staticmethod
+    def _is_banner(line: Line, hits: Hits) -> bool:
+        if "args_dump" in hits or "vllm_non_default" in hits:
+            return True
+        if "vllm_version" in hits and "server version" in line.msg:
+            return True  # not `collect_env`'s "vLLM Version :", pasted anywhere
+        if "vllm_engine_config" in hits and "Initializing" in line.msg:
+            return True  # not the engine's input dump at a crash ("Dumping input data for V1 LLM engine")
+        command = COMMAND_START.search(line.msg) if "launch" in hits else None
+        return command is not None and command.start() <= _COMMAND_AT_START
+
+    def _new_run(self, line: Line) -> None:
+        obs = self.obs
+        self.failures.finish()
+        close_run(obs, line.number - 1, self.run_timeline_start)
+        obs.new_run(line.number)
+        self._make_extractors()
+        self._compact_timeline()
+        self.run_timeline_start = len(obs.timeline)
+        self.run_latest_time = None
+        self.run_banner_line = line.number
+        obs.event(line, "phase", "server_start", f"run {len(obs.runs) + 1}: the server starts again")
+
+    def _compact_timeline(self) -> None:
+        """A crash loop must leave room for its last run: past half the cap, the events of the runs between
+        the first and the one just finished go (counted in truncated_events)."""
+        obs = self.obs
+        if len(obs.timeline) <= MAX_TIMELINE_EVENTS // 2 or len(obs.runs) < 3:
+            return
+        first_end, keep_from = obs.runs[0].last_line, obs.runs[-1].first_line
+        kept = [e for e in obs.timeline if e.line <= first_end or e.line >= keep_from]
+        if len(kept) > MAX_TIMELINE_EVENTS // 2:
+            kept = [e for e in kept if e.line >= keep_from]
+        obs.truncated_events += len(obs.timeline) - len(kept)
+        obs.timeline = kept
 
     def _extra_hit(self, index: int, line: Line, m: re.Match[str]) -> None:
         if any(mark in line.msg for mark in _DUMP_MARKS):
@@ -184,7 +273,7 @@ def scan_sources(
     run = Scan(rules, max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index)
     done = 0
     for source in sources:
-        first = run.obs.line_count + 1
+        first = run.source_first_line = run.obs.line_count + 1
         for scan in _scans_of(run, source):
             if index is not None:
                 index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)

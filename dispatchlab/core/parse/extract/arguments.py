@@ -23,7 +23,7 @@ _LAUNCH = (
     r"python[\d.]*\s+-m\s+vllm\.entrypoints\.openai\.api_server|(?:^|[\s$>#])vllm\s+serve\s)"
 )
 _SGLANG_LINE_START = re.compile(r"^\[\d{4}-\d\d-\d\d ")
-_COMMAND_START = re.compile(r"(\S*python[\d.]*\s+-m\s+\S+|sglang\s+serve|vllm\s+serve)")
+COMMAND_START = re.compile(r"(\S*python[\d.]*\s+-m\s+\S+|sglang\s+serve|vllm\s+serve)")
 
 
 @lru_cache(maxsize=16)
@@ -96,7 +96,7 @@ class Arguments:
 
     def _launch(self, line: Line, following: bytes) -> None:
         text = line.msg.strip()
-        m = _COMMAND_START.search(text)
+        m = COMMAND_START.search(text)
         if not m:
             return
         command = text[m.start() :]

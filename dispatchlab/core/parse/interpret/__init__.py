@@ -5,6 +5,7 @@ from __future__ import annotations
 from dispatchlab.core.parse.interpret.backends import resolve_backends
 from dispatchlab.core.parse.interpret.crash import crash_event, decide_crash
 from dispatchlab.core.parse.interpret.phases import fill_year, outcome, phase_spans
+from dispatchlab.core.parse.interpret.runs import summarise_run
 from dispatchlab.core.parse.interpret.server import decide_engine, decide_gpu, model_name, server_args
 from dispatchlab.core.parse.model import Event, Metrics, ParsedLog
 from dispatchlab.core.parse.observations import Observations
@@ -64,6 +65,7 @@ def interpret(obs: Observations) -> ParsedLog:
         warnings_count=obs.warnings_count,
         truncated_events=truncated,
         nccl_transports=obs.nccl_transports,
+        runs=[*obs.runs, summarise_run(obs, obs.line_count, crash)] if obs.runs else [],
         pattern_hits=obs.pattern_hits,
     )
     doc.ranks = _ranks(timeline, doc.metrics)

@@ -94,7 +94,11 @@ def phase_spans(obs: Observations, crash: Crash | None, timeline: list[Event]) -
 def outcome(obs: Observations, crash: Crash | None) -> str:
     if crash is not None:
         return "crashed"
-    answered = obs.first_decode_line is not None or obs.metric_total > 0 or obs.served_line is not None
+    # the metric count is the file's; a later run of several answered when its own sampled lines show it
+    metrics = (
+        obs.metric_total > 0 if obs.run_first_line == 1 else (obs.last_metric_line or 0) >= obs.run_first_line
+    )
+    answered = obs.first_decode_line is not None or metrics or obs.served_line is not None
     if obs.ready_line is not None:
         return "serving" if answered else "ready"
     return "serving" if answered else "incomplete"
