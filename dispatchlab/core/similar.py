@@ -13,6 +13,7 @@ as package data; it is read on the first failed log only, so a clean log costs n
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -41,8 +42,49 @@ MAX_LINES = 24  # evidence lines read per document: a crash says what it is in i
 MAX_TERMS = 80  # terms kept per known case: its strongest, which also keeps the index small
 
 _STOPWORDS = frozenset(
-    "the a an of to in on at is are was be by for and or not no it its this that with as from "
-    "has have had but if then so can could will would may you your we our".split()
+    [
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "is",
+        "are",
+        "was",
+        "be",
+        "by",
+        "for",
+        "and",
+        "or",
+        "not",
+        "no",
+        "it",
+        "its",
+        "this",
+        "that",
+        "with",
+        "as",
+        "from",
+        "has",
+        "have",
+        "had",
+        "but",
+        "if",
+        "then",
+        "so",
+        "can",
+        "could",
+        "will",
+        "would",
+        "may",
+        "you",
+        "your",
+        "we",
+        "our",
+    ]
 )
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _WORD = re.compile(r"[a-z][a-z0-9]*")
@@ -93,7 +135,7 @@ def terms(text: str) -> list[str]:
             if len(w) > 1 and w not in _STOPWORDS
         ]
         out += words
-        out += [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+        out += [f"{a} {b}" for a, b in itertools.pairwise(words)]
     return out
 
 
