@@ -92,13 +92,16 @@ _THREAD = re.compile(r"github\.com/([^/\s]+)/([^/\s]+)/(?:issues|pull|discussion
 
 K = TypeVar("K")
 
+EVIDENCE_KEYS = ("failure_class", "crash", "errors", "matches")
+
 
 # ---------------------------------------------------------------- text
 def evidence_of(document: Mapping[str, Any]) -> str:
     """The failure evidence of a `match` document, one line each; empty when the log shows no failure.
 
     It reads the JSON document (not the typed diagnosis) because the server ranks its failure groups by
-    the documents it stored: one reading for both keeps the CLI's and the dashboard's ranking alike."""
+    the documents it stored: one reading for both keeps the CLI's and the dashboard's ranking alike. It
+    reads only EVIDENCE_KEYS (of `matches`, the first), so the server fetches those parts and no more."""
     if document.get("failure_class") in (None, "", "none"):
         return ""
     lines: list[str] = []
@@ -107,20 +110,15 @@ def evidence_of(document: Mapping[str, Any]) -> str:
         lines.append(" ".join(str(crash.get(key) or "") for key in ("exception", "message")))
         if crash.get("phase"):
             lines.append(f"crashed in {crash['phase']}")
-        for tb in document.get("tracebacks") or []:
-            if isinstance(tb, dict) and tb.get("line") == crash.get("line"):
-                frames = [f for f in tb.get("frames") or [] if isinstance(f, dict)]
-                lines.append(" ".join(str(f.get("function") or "") for f in frames[-8:]))
     errors = [e for e in document.get("errors") or [] if isinstance(e, dict)]
     fatal = [e for e in errors if e.get("fatal") and e.get("kind") not in NOT_FAILURE_EVIDENCE]
     # nothing fatal: the lines that made the class (nonsense output, an error that stopped nothing)
     for error in fatal or [e for e in errors if e.get("kind") not in ("sigquit", "request_error")]:
         lines.append(f"{error.get('kind') or ''} {error.get('text') or ''}")
-    failures = [
-        m for m in document.get("matches") or [] if isinstance(m, dict) and m.get("level") == "failure"
-    ]
-    if failures:
-        lines += [str(e.get("text") or "") for e in failures[0].get("evidence") or [] if isinstance(e, dict)]
+    # failures rank first: the best match is one, or no failure signature matched
+    top = (document.get("matches") or [None])[0]
+    if isinstance(top, dict) and top.get("level") == "failure":
+        lines += [str(e.get("text") or "") for e in top.get("evidence") or [] if isinstance(e, dict)]
     unique = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
     return "\n".join(unique[:MAX_LINES])
 
@@ -262,10 +260,14 @@ class _Labelled:
     counts: Counter[str]
 
 
+_NOT_STATED = re.compile(r"Not stated[^;.]*\.?")
+
+
 def _fix_of(label: Mapping[str, Any]) -> str | None:
+    """The label's fix, else what the thread said of its resolution; a bare "not stated" is no fix."""
     for key in ("fix_summary", "resolution"):
         value = label.get(key)
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip() and not _NOT_STATED.fullmatch(value.strip()):
             return value.strip()
     return None
 
