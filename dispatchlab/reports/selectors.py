@@ -205,7 +205,9 @@ def report_similar_groups(report: Report) -> list[tuple[FailureGroup, float]]:
         .values_list("newest", flat=True)
     )
     keys = {key: f"document__{key}" for key in EVIDENCE_KEYS if key != "matches"}
-    rows = Report.objects.filter(id__in=list(newest)).values("group_id", "document__matches__0", *keys.values())
+    rows = Report.objects.filter(id__in=list(newest)).values(
+        "group_id", "document__matches__0", *keys.values()
+    )
     texts: dict[int, str] = {}
     for row in rows:
         parts = {key: row[column] for key, column in keys.items()}
