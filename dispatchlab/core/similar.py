@@ -147,7 +147,7 @@ def thread_of(label: Mapping[str, Any], fallback: str) -> str:
 
 
 # ---------------------------------------------------------------- the index
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no generated __eq__
 class KnownCase:
     id: str
     url: str
@@ -158,7 +158,7 @@ class KnownCase:
     vector: dict[str, float]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no generated __eq__
 class SimilarCase:
     id: str
     url: str
@@ -182,7 +182,7 @@ def _cosine(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return sum(w * b.get(t, 0.0) for t, w in a.items())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no generated __eq__
 class SimilarIndex:
     idf: dict[str, float]
     unseen_idf: float  # a term no known case has: as rare as a term can be
@@ -252,7 +252,7 @@ def similar_document(document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- building and measuring
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no generated __eq__
 class _Labelled:
     id: str
     label: dict[str, Any]
