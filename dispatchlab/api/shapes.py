@@ -156,6 +156,45 @@ class Match(TypedDict):
 
 
 @open_ended
+class SimilarCase(TypedDict):
+    """A known case: a labelled excerpt of a public thread whose failure evidence reads like this log's."""
+
+    id: str
+    """the case's file in the labelled data (`cases/sglang-12345`)"""
+    url: str
+    """the public thread"""
+    title: str
+    failure_class: FailureClass
+    fix: str | None
+    """what fixed it, per the thread (or what the thread says of it)"""
+    score: Annotated[float, Field(ge=0, le=1)]
+    """cosine similarity of the failure evidence"""
+
+
+@open_ended
+class SimilarGroup(TypedDict):
+    """A failure group of the report's own project whose newest report's evidence reads like this one's."""
+
+    id: int
+    title: str
+    failure_class: str | None
+    count: int
+    last_seen: DateTime
+    score: Annotated[float, Field(ge=0, le=1)]
+    url: Url
+    """the group's page"""
+
+
+@open_ended
+class Similar(TypedDict):
+    """Similar incidents, best first, at most three of each; none for a log that shows no failure."""
+
+    cases: list[SimilarCase]
+    groups: list[SimilarGroup]
+    """empty from the CLI; on the server, ranked when the report is read"""
+
+
+@open_ended
 class Document(TypedDict):
     """The `match` document of CONTRACT.md (docs/contract.md lists every field); more fields may appear."""
 
@@ -179,6 +218,8 @@ class Document(TypedDict):
     versions: NotRequired[dict[str, str | None]]
     launch_command: NotRequired[str | None]
     kb_digest: NotRequired[str]
+    similar: NotRequired[Similar]
+    """the known cases and the project's failure groups most like this failure"""
 
 
 # ---------------------------------------------------------------- reports

@@ -40,6 +40,7 @@ from dispatchlab.api.shapes import (
     ReportPage,
     ReportSummary,
     ReportWaited,
+    SimilarGroup,
     Upload,
 )
 from dispatchlab.api.shapes import (
@@ -47,7 +48,7 @@ from dispatchlab.api.shapes import (
 )
 from dispatchlab.reports.models import Project, Redaction, Report
 from dispatchlab.reports.redaction import RedactionRefused, redaction_from, redaction_request
-from dispatchlab.reports.selectors import reports_filtered
+from dispatchlab.reports.selectors import report_similar_cases, report_similar_groups, reports_filtered
 from dispatchlab.reports.services import (
     UPLOAD_ENVELOPE_BYTES,
     QuotaExceeded,
@@ -93,8 +94,29 @@ def _detail(request: HttpRequest, report: Report) -> ReportShape:
         finished_at=report.finished_at.isoformat() if report.finished_at else None,
         parse_seconds=report.parse_seconds,
         failure_class=report.failure_class or None,
-        document=report.document,
+        document=_with_similar(request, report),
     )
+
+
+def _with_similar(request: HttpRequest, report: Report) -> Any:
+    """The stored document with `similar` as of now: its known cases, and the failure groups of the
+    report's own project most like it (ranked on each read: groups come and go)."""
+    document = report.document
+    if not isinstance(document, dict):
+        return document
+    groups = [
+        SimilarGroup(
+            id=group.id,
+            title=group.title,
+            failure_class=group.failure_class or None,
+            count=group.count,
+            last_seen=group.last_seen.isoformat(),
+            score=score,
+            url=request.build_absolute_uri(reverse("front:group", args=[group.id])),
+        )
+        for group, score in report_similar_groups(report)
+    ]
+    return {**document, "similar": {"cases": report_similar_cases(document), "groups": groups}}
 
 
 def report_summary(request: HttpRequest, report: Report) -> ReportSummary:

@@ -344,4 +344,8 @@ def analyze_sources(
     index: LineIndexWriter | None = None,
 ) -> dict[str, Any]:
     """The `match` document of docs/contract.md."""
-    return diagnose_sources(sources, progress=progress, kb=kb, index=index).to_dict()
+    from dispatchlab.core.similar import similar_document
+
+    document = diagnose_sources(sources, progress=progress, kb=kb, index=index).to_dict()
+    document["similar"] = similar_document(document)
+    return document

@@ -182,7 +182,18 @@ def _matches(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _similar(doc: dict[str, Any]) -> list[str]:
+    cases = (doc.get("similar") or {}).get("cases") or []
+    out = ["", "similar known cases"] if cases else []
+    for case in cases:
+        out.append(f"  [{case['score']:.2f}] {case['failure_class']}: {case['title']}  {case['url']}")
+        if case.get("fix"):
+            out.append(_wrapped(case["fix"], "fixed by"))
+    return out
+
+
 def render_summary(doc: dict[str, Any]) -> str:
-    """The ten-second summary of `dispatchlab parse` / `match`: server, GPU, backends, phases, crash, matches."""
-    out = [*_head(doc), *_backends(doc), *_phases(doc), *_crash(doc), *_matches(doc)]
+    """The ten-second summary of `dispatchlab parse` / `match`: server, GPU, backends, phases, crash, matches,
+    similar known cases."""
+    out = [*_head(doc), *_backends(doc), *_phases(doc), *_crash(doc), *_matches(doc), *_similar(doc)]
     return "\n".join(out) + "\n"

@@ -231,6 +231,8 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
         evidence_lines=presenters.evidence_lines(doc),
         crash_line=report_page.exception_line(doc, selectors.report_line_index(report)),
         files=list(report.files.all()),
+        similar_cases=selectors.report_similar_cases(doc),
+        similar_groups=selectors.report_similar_groups(report),
         compare_with=list(
             _rows(_reports(request.user).filter(project=report.project, document__isnull=False))
             .exclude(pk=report.pk)

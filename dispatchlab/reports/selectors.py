@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import Max, Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
@@ -171,3 +171,60 @@ def report_line_index(report: Report) -> LineIndex | None:
     if not text.exists() or not index.exists():
         return None
     return LineIndex(text, index)
+
+
+# ---------------------------------------------------------------- similar failure groups
+
+# the most recently seen groups of a project that a report is compared with (a bound on the page's cost)
+SIMILAR_GROUPS_SCANNED = 300
+
+
+def report_similar_groups(report: Report) -> list[tuple[FailureGroup, float]]:
+    """The other failure groups of the report's own project whose newest report's failure evidence reads
+    most like this report's, best first, with the similarity (the known cases' measure, same floor).
+
+    Ranked when the page or the API answer is made, not when the report is parsed: groups appear, are
+    merged by a re-match and are pruned after the report was parsed, and a list frozen then would miss
+    the newer ones and link to deleted ones."""
+    from dispatchlab.core.similar import EVIDENCE_KEYS, evidence_of, load_index
+
+    document = report.document if isinstance(report.document, dict) else None
+    text = evidence_of(document) if document else ""
+    if not text:
+        return []
+    groups = {
+        g.id: g
+        for g in FailureGroup.objects.filter(project_id=report.project_id)
+        .exclude(id=report.group_id)
+        .order_by("-last_seen", "-id")[:SIMILAR_GROUPS_SCANNED]
+    }
+    newest = (
+        Report.objects.filter(group_id__in=list(groups), project_id=report.project_id, document__isnull=False)
+        .values("group_id")
+        .annotate(newest=Max("id"))
+        .values_list("newest", flat=True)
+    )
+    keys = {key: f"document__{key}" for key in EVIDENCE_KEYS if key != "matches"}
+    rows = Report.objects.filter(id__in=list(newest)).values(
+        "group_id", "document__matches__0", *keys.values()
+    )
+    texts: dict[int, str] = {}
+    for row in rows:
+        parts = {key: row[column] for key, column in keys.items()}
+        parts["matches"] = [row["document__matches__0"]] if row["document__matches__0"] else []
+        texts[row["group_id"]] = evidence_of(parts)
+    # the most recently seen first, so that of two groups alike the one seen last wins
+    candidates = [(group_id, texts[group_id]) for group_id in groups if group_id in texts]
+    ranked = load_index().rank_texts(text, candidates)
+    return [(groups[group_id], score) for group_id, score in ranked]
+
+
+def report_similar_cases(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The known cases of the document (`similar.cases`); a document parsed before they existed gets
+    them now, from the same index."""
+    from dispatchlab.core.similar import similar_cases
+
+    stored = document.get("similar")
+    if isinstance(stored, dict) and isinstance(stored.get("cases"), list):
+        return [c for c in stored["cases"] if isinstance(c, dict)]
+    return [c.to_dict() for c in similar_cases(document)]

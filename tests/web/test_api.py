@@ -138,7 +138,10 @@ def test_a_member_reads_a_report_and_its_document(client, alice_key, acme, make_
     assert response.status_code == 200
     body = response.json()
     assert body["id"] == report.id and body["status"] == "done" and body["error"] is None
+    # the stored document, with the similar incidents as of this read
+    similar = body["document"].pop("similar")
     assert body["document"] == make_document()
+    assert similar["groups"] == [] and all(case["url"] for case in similar["cases"])
 
 
 def test_a_failed_report_says_why(bob_client, acme, make_report):
