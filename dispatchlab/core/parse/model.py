@@ -158,6 +158,8 @@ class ParsedLog:
     nccl_transports: list[dict[str, Any]] = field(default_factory=list)
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
+    # the log's last lines (decoded, at most a few kilobytes): not in the JSON document
+    tail: list[str] = field(default_factory=list)
 
     def failure_evidence(self) -> list[ErrorLine]:
         """The fatal error lines that say what failed (not a child's sigquit or one failed request)."""
@@ -168,7 +170,7 @@ class ParsedLog:
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
-        doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "pattern_hits"}
+        doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in ("pattern_hits", "tail")}
         doc["gpu"] = vars(self.gpu).copy()
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
         doc["tracebacks"] = [t.to_dict() for t in self.tracebacks]
