@@ -11,6 +11,7 @@ Training (`dispatchlab kb train`) is deterministic: same labelled data, byte-ide
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -35,7 +36,33 @@ _NORMALISE = [
     (re.compile(r"\d+(?:\.\d+)*"), " NUM "),
 ]
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
-_STOP = frozenset("the a an of to in is at on for and or by with from this that be it as not are was".split())
+_STOP = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "is",
+        "at",
+        "on",
+        "for",
+        "and",
+        "or",
+        "by",
+        "with",
+        "from",
+        "this",
+        "that",
+        "be",
+        "it",
+        "as",
+        "not",
+        "are",
+        "was",
+    ]
+)
 
 
 def _words(text: str) -> list[str]:
@@ -50,7 +77,7 @@ def _text_tokens(prefix: str, texts: Iterable[str], into: set[str]) -> None:
     for text in texts:
         words = _words(text[:600])
         into.update(f"{prefix}{w}" for w in words)
-        into.update(f"{prefix}{a}_{b}" for a, b in zip(words, words[1:], strict=False))
+        into.update(f"{prefix}{a}_{b}" for a, b in itertools.pairwise(words))
 
 
 def arch_family(arch: str | None) -> str:
@@ -62,9 +89,14 @@ def arch_family(arch: str | None) -> str:
     if not digits:
         return "other"
     major = int(digits[:-1] or "0")
-    return {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell", 11: "blackwell", 12: "blackwell_consumer"}.get(
-        major, "older" if major < 7 else "newer"
-    )
+    return {
+        7: "volta",
+        8: "ampere",
+        9: "hopper",
+        10: "blackwell",
+        11: "blackwell",
+        12: "blackwell_consumer",
+    }.get(major, "older" if major < 7 else "newer")
 
 
 def features(parsed: ParsedLog) -> list[str]:
@@ -94,7 +126,7 @@ def features(parsed: ParsedLog) -> list[str]:
 # words that say something went wrong; a log the rules call `none` is read by the model only when it has one
 _FAILURE_STEMS = (
     "error", "fail", "exception", "fault", "abort", "killed", "traceback", "unsupported", "invalid", "denied",
-    "refused", "timeout", "timed", "unable", "cannot", "segmentation", "dumped", "not_found", "not_supported",
+    "refused", "timeout", "timed", "unable", "cannot", "segmentation", "dumped",
     "no_such", "oom", "nan",
 )  # fmt: skip
 
@@ -307,7 +339,11 @@ def labelled_examples(directories: Sequence[Path]) -> list[Example]:
                 continue  # the excerpt lacks the decisive line: its label is not the log's
             parsed = parse_sources(open_sources([log]))
             source = str(label.get("source") or label.get("url") or log.stem)
-            examples.append(Example(f"{Path(folder).name}/{log.stem}", source, label["failure_class"], tuple(features(parsed))))
+            examples.append(
+                Example(
+                    f"{Path(folder).name}/{log.stem}", source, label["failure_class"], tuple(features(parsed))
+                )
+            )
     return examples
 
 
@@ -317,7 +353,9 @@ def _failing(guesses: Sequence[Guess]) -> list[Guess]:
     return [Guess(g.failure_class, g.probability / total) for g in failing]
 
 
-def choose_thresholds(classes: Sequence[str], scored: Sequence[tuple[Example, list[float]]], temperature: float) -> tuple[float, float]:
+def choose_thresholds(
+    classes: Sequence[str], scored: Sequence[tuple[Example, list[float]]], temperature: float
+) -> tuple[float, float]:
     """On out-of-fold predictions: the threshold with the best accuracy on failed logs (the highest of equals:
     when unsure, say so), and the lowest alarm threshold no clean log reaches."""
     predicted = [(e, _softmax(classes, s, temperature)) for e, s in scored]
@@ -332,7 +370,11 @@ def choose_thresholds(classes: Sequence[str], scored: Sequence[tuple[Example, li
         utility = right + unsure - wrong
         if utility >= best_utility:
             best, best_utility = t, utility
-    clean = [g[0].probability for e, g in predicted if e.label == "none" and g[0].failure_class != "none" and shows_failure(e.tokens)]
+    clean = [
+        g[0].probability
+        for e, g in predicted
+        if e.label == "none" and g[0].failure_class != "none" and shows_failure(e.tokens)
+    ]
     alarm = max([0.5, *(math.ceil(p * 100) / 100 + 0.01 for p in clean)])
     return best, min(alarm, 1.01)
 

@@ -170,7 +170,11 @@ class ParsedLog:
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
-        doc = {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in ("pattern_hits", "tail")}
+        doc = {
+            name: getattr(self, name)
+            for name in self.__dataclass_fields__
+            if name not in ("pattern_hits", "tail")
+        }
         doc["gpu"] = vars(self.gpu).copy()
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
         doc["tracebacks"] = [t.to_dict() for t in self.tracebacks]
