@@ -28,6 +28,7 @@ MODEL_PATH = Path(__file__).resolve().parent / "data" / "fallback_model.json"
 ALPHA = 0.1  # additive smoothing of token counts
 MIN_DOCS = 2  # a token seen in one labelled log only is that log's, not a class's
 TAIL_LINES = 12
+SERVING = ("serving", "ready")
 
 _NORMALISE = [
     (re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"), " HEX "),
@@ -129,6 +130,10 @@ _FAILURE_STEMS = (
     "refused", "timeout", "timed", "unable", "cannot", "segmentation", "dumped",
     "no_such", "oom", "nan",
 )  # fmt: skip
+
+
+def _may_alarm(tokens: Sequence[str]) -> bool:
+    return not any(f"outcome={o}" in tokens for o in SERVING) and shows_failure(tokens)
 
 
 def shows_failure(tokens: Iterable[str]) -> bool:
@@ -299,8 +304,8 @@ def fallback_class(parsed: ParsedLog, rules_class: str, model: Model) -> Fallbac
     guesses = model.predict(tokens)
     if rules_class == "none":
         top = guesses[0]
-        if not shows_failure(tokens):
-            return None
+        if parsed.outcome in SERVING or not shows_failure(tokens):
+            return None  # a server that answers, or a log with no word of failure, stays clean
         if top.failure_class == "none" or top.probability < model.alarm_threshold:
             return None
         return FallbackClass(top.failure_class, round(top.probability, 3), False, _rounded(guesses))
@@ -373,7 +378,7 @@ def choose_thresholds(
     clean = [
         g[0].probability
         for e, g in predicted
-        if e.label == "none" and g[0].failure_class != "none" and shows_failure(e.tokens)
+        if e.label == "none" and g[0].failure_class != "none" and _may_alarm(e.tokens)
     ]
     alarm = max([0.5, *(math.ceil(p * 100) / 100 + 0.01 for p in clean)])
     return best, min(alarm, 1.01)
