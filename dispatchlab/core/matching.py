@@ -300,10 +300,12 @@ def diagnose(
 
     1. the best failure signature's class (the model never overrides a reviewed signature);
     2. else the terminal exception's own class (its card then comes first);
-    3. else the learned fallback (`fallback.py`, `model` gives it; the shipped one by default), read only
+    3. else, for a failure nothing explains, a known warning's class (same figure in leave-one-source-out
+       either way; the warning keeps its evidence and fix);
+    4. else the learned fallback (`fallback.py`, `model` gives it; the shipped one by default), read only
        now: a class above its threshold, or `other` with low confidence and its best guesses; on a log the
        rules call `none`, only a class above its alarm threshold;
-    4. without a model: a known warning's class, else `other` for a failure nothing explains, else `none`."""
+    5. without a model: `other` for a failure nothing explains, else `none`."""
     matches = match_signatures(parsed, parsed.pattern_hits, kb)
     failures = [m for m in matches if m.level == "failure"]
     decided: FallbackClass | None = None
@@ -320,18 +322,21 @@ def diagnose(
             matches.insert(0, terminal_match(parsed, terminal))
             class_source, confidence = "exception", matches[0].confidence
         else:
-            learned = (model or load_model)()
-            if learned is not None and failure_class in FALLBACK_FOR:
-                decided = fallback_class(parsed, failure_class, learned)
-            if decided is not None:
-                failure_class, class_source, confidence = decided.failure_class, "model", decided.confidence
-            elif failure_class == "other":
-                # Something failed and nothing, not even its own exception, says what: a known warning of the
-                # same log is the best lead (a warning never makes a clean log look failed: the class would be
-                # "none").
-                warning = next((m for m in matches if m.level == "warning"), None)
-                if warning is not None:
-                    failure_class, source = warning.failure_class, "warning"
+            # Something failed and nothing, not even its own exception, says what: a known warning of the same
+            # log is the best lead (a warning never makes a clean log look failed: the class would be "none").
+            warning = next((m for m in matches if m.level == "warning"), None)
+            if failure_class == "other" and warning is not None:
+                failure_class, source = warning.failure_class, "warning"
+            else:
+                learned = (model or load_model)()
+                if learned is not None and failure_class in FALLBACK_FOR:
+                    decided = fallback_class(parsed, failure_class, learned)
+                if decided is not None:
+                    failure_class, class_source, confidence = (
+                        decided.failure_class,
+                        "model",
+                        decided.confidence,
+                    )
     print_ = fingerprint(parsed, failure_class, failures[0].id if failures else None)
     if failures and parsed.crash is None and parsed.outcome == "incomplete":
         _crash_from_signature(parsed, failures[0])
