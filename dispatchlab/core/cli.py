@@ -104,6 +104,37 @@ def cmd_kb_test(args: argparse.Namespace) -> int:
     return _listed(failures, f"{count} examples, {len(failures)} failed")
 
 
+def cmd_kb_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dispatchlab.core.fallback import (
+        DEFAULT_TRAINING_DIRS,
+        MODEL_PATH,
+        labelled_examples,
+        train,
+        write_model,
+    )
+
+    directories = [Path(d) for d in args.directories] or list(DEFAULT_TRAINING_DIRS)
+    out = Path(args.out) if args.out else MODEL_PATH
+    data = train(labelled_examples(directories))
+    write_model(data, out)
+    print(
+        f"{out}: {data['trained_on']} cases, {len(data['weights'])} tokens, temperature {data['temperature']}, "
+        f"threshold {data['threshold']}, alarm threshold {data['alarm_threshold']}"
+    )
+    import importlib
+
+    try:
+        similar = importlib.import_module("dispatchlab.core.similar")
+    except ImportError:
+        return 0  # the similar-incidents index is built where that module exists
+    train_index = getattr(similar, "train_index", None)
+    if train_index is not None:
+        train_index(directories, out.parent / "similar_index.json")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from dispatchlab.core.reporter import run_report
 
@@ -149,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     kb_sub.add_parser("test", help="run every signature against its own examples").set_defaults(
         func=cmd_kb_test
     )
+
+    p = kb_sub.add_parser("train", help="rebuild the learned fallback from the labelled cases (reproducible)")
+    p.add_argument(
+        "directories", nargs="*", metavar="DIR", help="labelled folders (default: the repository's)"
+    )
+    p.add_argument("--out", metavar="PATH", help="where to write the model (default: the shipped one)")
+    p.set_defaults(func=cmd_kb_train)
 
     from dispatchlab.core.report_args import add_report_arguments
 

@@ -70,6 +70,11 @@ class Diagnosis:
     failure_class_source: str  # signature | inferred | warning
     fingerprint: str
     kb_digest: str
+    # what decided the class: "signature" | "exception" | "model" | "rules" (docs/contract.md, decision order)
+    class_source: str = "rules"
+    class_confidence: float | None = None
+    low_confidence: bool = False
+    best_guesses: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def top(self) -> Match | None:
@@ -82,4 +87,8 @@ class Diagnosis:
         doc["failure_class_source"] = self.failure_class_source
         doc["fingerprint"] = self.fingerprint
         doc["kb_digest"] = self.kb_digest
+        doc["class_source"] = self.class_source
+        doc["class_confidence"] = self.class_confidence
+        doc["low_confidence"] = self.low_confidence
+        doc["best_guesses"] = [{"class": c, "probability": p} for c, p in self.best_guesses]
         return doc

@@ -9,17 +9,24 @@ a case when every one of its `match` examples comes from it, and an example come
 * or the example shares a line of 30 or more characters (log prefixes and traceback scaffolding left
   aside) with the case's log.
 
+The learned fallback is held out the same way: each case is diagnosed by a model retrained without the
+cases of its thread (`fallback.Counts`: naive Bayes, a subtraction of counts), on all labelled folders of the
+evaluation. Its temperature and thresholds are fitted once on these out-of-fold predictions (three numbers).
+
 The figure is then what the knowledge base does for a log that no signature was modelled on."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dispatchlab.core.fallback import Model
 from dispatchlab.core.matching import analyze_sources
 from dispatchlab.core.reading import LogReadError, open_sources
 from dispatchlab.core.signatures import FAILURE_CLASSES, KnowledgeBase, Signature, load_knowledge_base
@@ -44,9 +51,14 @@ def _labelled_logs(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
     ]
 
 
-def _run_case(log: Path, label: dict[str, Any], kb: KnowledgeBase) -> dict[str, Any]:
+def _run_case(
+    log: Path, label: dict[str, Any], kb: KnowledgeBase, model: Callable[[], Model | None] | None = None
+) -> dict[str, Any]:
+    confidence: float | None = None
+    class_source = "rules"
     try:
-        doc = analyze_sources(open_sources([log]), kb=kb)
+        doc = analyze_sources(open_sources([log]), kb=kb, model=model)
+        confidence, class_source = doc["class_confidence"], doc["class_source"]
         predicted = doc["failure_class"]
         facts = {
             "server": doc["server"] if doc["server"] != "unknown" else (doc.get("engine") or "unknown"),
@@ -66,6 +78,8 @@ def _run_case(log: Path, label: dict[str, Any], kb: KnowledgeBase) -> dict[str, 
         "exact": predicted == expected,
         "scored": bool(label.get("scored", True)),
         "top_match": top,
+        "confidence": confidence,
+        "class_source": class_source,
         "fields": {f: {"expected": label.get(f), "predicted": facts.get(f)} for f in FIELDS},
     }
 
@@ -91,9 +105,19 @@ def signature_from_case(signature: Signature, source: str, case_lines: set[str])
 
 
 def evaluate_leave_one_source_out(directories: list[str | Path]) -> dict[str, Any]:
+    from dispatchlab.core import fallback
+
     folders = [Path(d) for d in directories]
     folders += [d for d in FIXTURE_DIRS if d.is_dir() and d.resolve() not in {f.resolve() for f in folders}]
     kb = load_knowledge_base()
+    examples = fallback.labelled_examples(folders)
+    counts = fallback.Counts(sorted({e.label for e in examples}), examples)
+    out_of_fold = fallback.out_of_fold(counts, examples)
+    temperature = fallback.fit_temperature(counts.classes, out_of_fold)
+    threshold, alarm = fallback.choose_thresholds(counts.classes, out_of_fold, temperature)
+    by_source: dict[str, list[fallback.Example]] = defaultdict(list)
+    for example in examples:
+        by_source[example.source].append(example)
     subsets: dict[frozenset[str], KnowledgeBase] = {}
     cases: list[dict[str, Any]] = []
     for folder in folders:
@@ -104,9 +128,57 @@ def evaluate_leave_one_source_out(directories: list[str | Path]) -> dict[str, An
             if held_out not in subsets:
                 kept = [dataclasses.replace(s) for s in kb.signatures if s.id not in held_out]
                 subsets[held_out] = KnowledgeBase.from_signatures(kept, f"{kb.digest}-loso")
-            case = _run_case(log, label, subsets[held_out])
+            thread = str(label.get("source") or label.get("url") or log.stem)
+            fold = counts.model(
+                without=by_source.get(thread, []),
+                temperature=temperature,
+                threshold=threshold,
+                alarm_threshold=alarm,
+            )
+            case = _run_case(log, label, subsets[held_out], _fixed(fold))
             cases.append({**case, "case": f"{folder.name}/{log.stem}", "held_out": sorted(held_out)})
-    return {**score(cases), "folders": [str(f) for f in folders]}
+    return {**score(cases), "folders": [str(f) for f in folders], **_similar_hit_rate(folders)}
+
+
+def _fixed(model: Model) -> Callable[[], Model]:
+    return lambda: model
+
+
+def _similar_hit_rate(folders: list[Path]) -> dict[str, Any]:
+    """The similar-incidents measure, where `dispatchlab.core.similar` provides it."""
+    try:
+        similar = importlib.import_module("dispatchlab.core.similar")
+    except ImportError:
+        return {}
+    measure = getattr(similar, "similar_hit_rate", None)
+    return {"similar": measure(folders)} if measure else {}
+
+
+def calibration(cases: list[dict[str, Any]], bins: int = 10) -> dict[str, Any]:
+    """Reliability of `class_confidence` over the scored cases: per bin of confidence, how many cases, their
+    mean confidence and how many were right; the expected calibration error; cases without a confidence
+    (the rules' `none` or `other` that nothing scored) are counted apart."""
+    scored = [c for c in cases if c["scored"]]
+    rated = [c for c in scored if c.get("confidence") is not None]
+    table = []
+    for b in range(bins):
+        low, high = b / bins, (b + 1) / bins
+        inside = [
+            c for c in rated if low <= c["confidence"] < high or (b == bins - 1 and c["confidence"] >= 1)
+        ]
+        mean = sum(c["confidence"] for c in inside) / len(inside) if inside else 0.0
+        accuracy = sum(1 for c in inside if c["correct"]) / len(inside) if inside else 0.0
+        table.append(
+            {
+                "low": low,
+                "high": high,
+                "count": len(inside),
+                "confidence": round(mean, 3),
+                "accuracy": round(accuracy, 3),
+            }
+        )
+    ece = sum(row["count"] * abs(row["confidence"] - row["accuracy"]) for row in table) / (len(rated) or 1)
+    return {"bins": table, "ece": round(ece, 4), "without_confidence": len(scored) - len(rated)}
 
 
 def score(cases: list[dict[str, Any]]) -> dict[str, Any]:
@@ -142,6 +214,8 @@ def score(cases: list[dict[str, Any]]) -> dict[str, Any]:
         "per_class": per_class,
         "confusion": {k: dict(v) for k, v in confusion.items()},
         "fields": field_accuracy,
+        "calibration": calibration(cases),
+        "model_calibration": calibration([c for c in cases if c.get("class_source") == "model"]),
     }
 
 
@@ -171,6 +245,24 @@ def render_evaluation(result: dict[str, Any]) -> str:
         out.append(f"{field_name} accuracy: {acc['correct']}/{acc['total']}")
     out.append(f"false alarms on clean logs: {result['false_alarms']}/{result['clean_logs']}")
     out.append(f"all cases (scored and unscored): {result['all_correct']}/{result['all_total']}")
+    cal = result["calibration"]
+    out.append("")
+    out.append("calibration of class_confidence (scored cases):")
+    out.append(f"{'confidence':<12} {'count':>6} {'mean':>6} {'accuracy':>9}")
+    for row in cal["bins"]:
+        out.append(
+            f"{row['low']:.1f}-{row['high']:.1f}     {row['count']:>6} {row['confidence']:>6.2f} {row['accuracy']:>9.2f}"
+        )
+    out.append(f"without a confidence: {cal['without_confidence']}")
+    out.append(f"expected calibration error: {cal['ece']:.3f}")
+    model_cal = result["model_calibration"]
+    decided = sum(row["count"] for row in model_cal["bins"])
+    out.append(
+        f"expected calibration error of the learned fallback's {decided} decisions: {model_cal['ece']:.3f}"
+    )
+    if "similar" in result:
+        hit = result["similar"]
+        out.append(f"similar incidents: top-3 class hit rate {hit['hits']}/{hit['total']}")
     if "folders" in result:
         out.append(f"leave-one-source-out over {', '.join(result['folders'])}")
     out.append(f"accuracy: {result['correct']}/{result['total']}")

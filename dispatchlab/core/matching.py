@@ -8,11 +8,12 @@ nothing fits and `none` only when nothing failed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
+from dispatchlab.core.fallback import FallbackClass, Model, fallback_class, load_model
 from dispatchlab.core.flags import flags_for_server
 from dispatchlab.core.inference import classify, fingerprint
 from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from dispatchlab.core.lineindex import LineIndexWriter
 
 Hits = dict[int, list[PatternHit]]
+# the rules' classes the learned fallback may replace: nothing explained the failure, or nothing failed
+FALLBACK_FOR = ("other", "none", "cuda_graph_capture_failure")
 
 
 # ---------------------------------------------------------------- facts
@@ -290,30 +293,65 @@ def match_signatures(
 
 
 # ---------------------------------------------------------------- entry points
-def diagnose(parsed: ParsedLog, kb: KnowledgeBase) -> Diagnosis:
-    """The known failures the log matches, and its class: the best failure signature's, else the terminal
-    exception's own (its card then comes first), else `other` for a failure nothing explains, `none`."""
+def diagnose(
+    parsed: ParsedLog, kb: KnowledgeBase, *, model: Callable[[], Model | None] | None = None
+) -> Diagnosis:
+    """The known failures the log matches, and its class. Decision order (docs/contract.md):
+
+    1. the best failure signature's class (the model never overrides a reviewed signature);
+    2. else the terminal exception's own class (its card then comes first);
+    3. else, for a failure nothing explains, a known warning's class (same figure in leave-one-source-out
+       either way; the warning keeps its evidence and fix);
+    4. else the learned fallback (`fallback.py`, `model` gives it; the shipped one by default), read only
+       now: a class above its threshold, or `other` with low confidence and its best guesses; on a log the
+       rules call `none`, only a class above its alarm threshold;
+    5. without a model: `other` for a failure nothing explains, else `none`."""
     matches = match_signatures(parsed, parsed.pattern_hits, kb)
     failures = [m for m in matches if m.level == "failure"]
+    decided: FallbackClass | None = None
+    confidence: float | None = None
     if failures:
-        failure_class, source = failures[0].failure_class, "signature"
+        failure_class, source, class_source = failures[0].failure_class, "signature", "signature"
+        confidence = failures[0].confidence
     else:
         failure_class, terminal = classify(parsed)
-        source = "inferred"
+        source, class_source = "inferred", "rules"
         if terminal is not None:
             from dispatchlab.core.terminal import terminal_match
 
             matches.insert(0, terminal_match(parsed, terminal))
-        elif failure_class == "other":
+            class_source, confidence = "exception", matches[0].confidence
+        else:
             # Something failed and nothing, not even its own exception, says what: a known warning of the same
             # log is the best lead (a warning never makes a clean log look failed: the class would be "none").
             warning = next((m for m in matches if m.level == "warning"), None)
-            if warning is not None:
+            if failure_class == "other" and warning is not None:
                 failure_class, source = warning.failure_class, "warning"
+            else:
+                learned = (model or load_model)()
+                if learned is not None and failure_class in FALLBACK_FOR:
+                    decided = fallback_class(parsed, failure_class, learned)
+                if decided is not None:
+                    failure_class, class_source, confidence = (
+                        decided.failure_class,
+                        "model",
+                        decided.confidence,
+                    )
     print_ = fingerprint(parsed, failure_class, failures[0].id if failures else None)
     if failures and parsed.crash is None and parsed.outcome == "incomplete":
         _crash_from_signature(parsed, failures[0])
-    return Diagnosis(parsed, matches, failure_class, source, print_, kb.digest)
+    return Diagnosis(
+        parsed,
+        matches,
+        failure_class,
+        source,
+        print_,
+        kb.digest,
+        class_source=class_source,
+        class_confidence=confidence,
+        low_confidence=decided.low_confidence if decided else False,
+        best_guesses=[(g.failure_class, g.probability) for g in decided.best_guesses] if decided else [],
+    )
 
 
 def _crash_from_signature(parsed: ParsedLog, match: Match) -> None:
@@ -330,10 +368,11 @@ def diagnose_sources(
     progress: ProgressCallback | None = None,
     kb: KnowledgeBase | None = None,
     index: LineIndexWriter | None = None,
+    model: Callable[[], Model | None] | None = None,
 ) -> Diagnosis:
     kb = kb or load_knowledge_base()
     parsed = parse_sources(sources, progress=progress, extra=ExtraPatterns(tuple(kb.patterns)), index=index)
-    return diagnose(parsed, kb)
+    return diagnose(parsed, kb, model=model)
 
 
 def analyze_sources(
@@ -342,10 +381,11 @@ def analyze_sources(
     progress: ProgressCallback | None = None,
     kb: KnowledgeBase | None = None,
     index: LineIndexWriter | None = None,
+    model: Callable[[], Model | None] | None = None,
 ) -> dict[str, Any]:
     """The `match` document of docs/contract.md."""
     from dispatchlab.core.similar import similar_document
 
-    document = diagnose_sources(sources, progress=progress, kb=kb, index=index).to_dict()
+    document = diagnose_sources(sources, progress=progress, kb=kb, index=index, model=model).to_dict()
     document["similar"] = similar_document(document)
     return document

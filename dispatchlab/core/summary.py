@@ -169,6 +169,13 @@ def _matches(doc: dict[str, Any]) -> list[str]:
     if matches is None:
         return []
     out = ["", f"failure class  {doc.get('failure_class')}   fingerprint {doc.get('fingerprint') or '-'}"]
+    if doc.get("class_source") == "model":
+        out.append(
+            f"               from the learned fallback, confidence {doc.get('class_confidence') or 0:.2f}"
+        )
+    if doc.get("low_confidence"):
+        guesses = ", ".join(f"{g['class']} {g['probability']:.2f}" for g in doc.get("best_guesses") or [])
+        out.append(f"               low confidence — best guesses: {guesses}")
     for match in matches[:5]:
         out.append(f"  [{match['confidence']:.2f}] {match['id']}: {match['title']}")
         fix = match.get("fix") or {}

@@ -86,9 +86,11 @@ def test_loso_scores_below_the_plain_eval_of_the_same_folders():
     assert loso["correct"] <= plain_correct
     held = [case for case in loso["cases"] if case["held_out"]]
     assert held, "no signature was held out for any case: the mode tested nothing"
-    # a case with nothing held out runs against the whole knowledge base, as the plain eval does
+    # a case with nothing held out runs against the whole knowledge base, as the plain eval does; the learned
+    # fallback is retrained without the case's thread in LOSO, so a class it decides may differ
     for case in loso["cases"]:
-        if not case["held_out"]:
+        decided_by_model = "model" in (case["class_source"], plain[case["case"]]["class_source"])
+        if not case["held_out"] and not decided_by_model:
             assert case["predicted"] == plain[case["case"]]["predicted"], case["case"]
 
 

@@ -190,6 +190,8 @@ class ParsedLog:
     runs: list[RunSummary] = field(default_factory=list)
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
+    # the log's last lines (decoded, at most a few kilobytes): not in the JSON document
+    tail: list[str] = field(default_factory=list)
 
     def failure_evidence(self) -> list[ErrorLine]:
         """The fatal error lines that say what failed (not a child's sigquit or one failed request)."""
@@ -217,4 +219,4 @@ class ParsedLog:
         return doc
 
 
-_NOT_IN_DOCUMENT = frozenset({"pattern_hits", "runs"})
+_NOT_IN_DOCUMENT = frozenset({"pattern_hits", "runs", "tail"})

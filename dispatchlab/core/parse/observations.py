@@ -49,6 +49,7 @@ class Observations:
     timeline: list[Event] = field(default_factory=list)
     truncated_events: int = 0
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
+    tail: bytes = b""  # the log's last bytes: what the learned fallback reads when no line says what failed
     # arguments and versions
     server_args: dict[str, Any] = field(default_factory=dict)
     server_args_complete: bool = True

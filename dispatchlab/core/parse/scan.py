@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
+from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
@@ -40,6 +41,7 @@ from dispatchlab.core.reading import Source, decode_line, iter_chunks
 EXTRACTORS: tuple[type[Extractor], ...] = (Arguments, Environment, Milestones, Backends, Generated, Failures)
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+TAIL_BYTES = 6000
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 # What a server prints once per start, read from SGLang's and vLLM's own startup logging: SGLang's args dump,
 # vLLM's API-server version and non-default args, a launch command line. vLLM's engine banner ("Initializing
@@ -101,6 +103,7 @@ class Scan:
             self.next_sample = scan.next_sample
             if self.index is not None:
                 self.index.add_text(chunk)
+            self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
             yield scan
 
     def feed(self, scan: ChunkScan) -> None:
@@ -260,6 +263,12 @@ def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
     return run.chunks(source)
 
 
+def _file_tail(path: Path, size: int) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(max(0, size - TAIL_BYTES))
+        return handle.read(TAIL_BYTES)
+
+
 def scan_sources(
     sources: Sequence[Source],
     rules: CompiledRules,
@@ -281,6 +290,8 @@ def scan_sources(
             if progress is not None:
                 done = min(done + scan.size, total) if total else done + scan.size
                 progress(done, total)
+        if source.path is not None and (source.stored_bytes or 0) >= PARALLEL_MIN_BYTES:
+            run.obs.tail = _file_tail(source.path, source.stored_bytes or 0)  # scanned in parallel, not here
         lines = run.obs.line_count - first + 1
         run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
     return run.finish()

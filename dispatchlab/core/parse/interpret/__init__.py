@@ -23,6 +23,11 @@ def _ranks(timeline: list[Event], metrics: Metrics) -> list[str]:
     return sorted(ranks, key=rank_sort_key)
 
 
+def _tail_lines(tail: bytes, keep: int = 40) -> list[str]:
+    lines = tail.decode("utf-8", errors="replace").splitlines()
+    return [line[:400] for line in lines[-keep:] if line.strip()]
+
+
 def interpret(obs: Observations) -> ParsedLog:
     engine = decide_engine(obs)
     server = engine if engine in ("sglang", "vllm") else "unknown"
@@ -67,6 +72,7 @@ def interpret(obs: Observations) -> ParsedLog:
         nccl_transports=obs.nccl_transports,
         runs=[*obs.runs, summarise_run(obs, obs.line_count, crash)] if obs.runs else [],
         pattern_hits=obs.pattern_hits,
+        tail=_tail_lines(obs.tail),
     )
     doc.ranks = _ranks(timeline, doc.metrics)
     # vLLM and glog timestamps carry no year: take it from any dated line, else mark it as a placeholder

@@ -1,0 +1,408 @@
+"""The learned fallback: a failure class, with a calibrated confidence, for a log no rule explains.
+
+A multinomial naive Bayes over normalised tokens of what the parser found (failure-evidence and error
+lines, the terminal exception, crash phase, server, arch family, outcome, and the log's last lines). Its
+inference is a dictionary walk in pure Python; the model is JSON shipped as package data
+(`data/fallback_model.json`), loaded on first use only. Naive Bayes because leave-one-source-out retraining
+is then a subtraction of counts: every case can be scored by a model that never saw its thread.
+
+Training (`dispatchlab kb train`) is deterministic: same labelled data, byte-identical model file.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from dispatchlab.core.parse.model import ParsedLog
+
+MODEL_PATH = Path(__file__).resolve().parent / "data" / "fallback_model.json"
+ALPHA = 0.1  # additive smoothing of token counts
+MIN_DOCS = 2  # a token seen in one labelled log only is that log's, not a class's
+TAIL_LINES = 12
+SERVING = ("serving", "ready")
+
+_NORMALISE = [
+    (re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"), " HEX "),
+    (re.compile(r"\[[\d, ]+\]|\(\d+(?:, ?\d+)+\)|torch\.Size\([^)]*\)"), " SHAPE "),
+    (re.compile(r"\b(?:TP|DP|EP|PP|rank|Rank|pid|GPU|cuda:)\s*=?\s*\d+\b"), " RANK "),
+    (re.compile(r"\d+(?:\.\d+)*"), " NUM "),
+]
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
+_STOP = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "is",
+        "at",
+        "on",
+        "for",
+        "and",
+        "or",
+        "by",
+        "with",
+        "from",
+        "this",
+        "that",
+        "be",
+        "it",
+        "as",
+        "not",
+        "are",
+        "was",
+    ]
+)
+
+
+def _words(text: str) -> list[str]:
+    for pattern, replacement in _NORMALISE:
+        text = pattern.sub(replacement, text)
+    # a path's last component says what (libcuda.so, config.json); its folders say where it was installed
+    text = re.sub(r"(?:[\w.+-]*/)+([\w.+-]+)", r"\1", text)
+    return [w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP and len(w) > 1]
+
+
+def _text_tokens(prefix: str, texts: Iterable[str], into: set[str]) -> None:
+    for text in texts:
+        words = _words(text[:600])
+        into.update(f"{prefix}{w}" for w in words)
+        into.update(f"{prefix}{a}_{b}" for a, b in itertools.pairwise(words))
+
+
+def arch_family(arch: str | None) -> str:
+    if not arch:
+        return "unknown"
+    if arch.startswith("gfx"):
+        return "amd"
+    digits = re.sub(r"\D", "", arch)
+    if not digits:
+        return "other"
+    major = int(digits[:-1] or "0")
+    return {
+        7: "volta",
+        8: "ampere",
+        9: "hopper",
+        10: "blackwell",
+        11: "blackwell",
+        12: "blackwell_consumer",
+    }.get(major, "older" if major < 7 else "newer")
+
+
+def features(parsed: ParsedLog) -> list[str]:
+    """The tokens the model reads, sorted: categorical facts as `key=value`, words and word pairs."""
+    tokens: set[str] = {
+        f"server={parsed.server if parsed.server != 'unknown' else parsed.engine or 'unknown'}",
+        f"arch={arch_family(parsed.gpu.arch)}",
+        f"outcome={parsed.outcome}",
+    }
+    crash = parsed.crash
+    if crash is not None:
+        tokens.add(f"phase={crash.phase or 'unknown'}")
+        if crash.exception:
+            tokens.add(f"exc={crash.exception.rsplit('.', 1)[-1].lower()}")
+        _text_tokens("", [crash.message or ""], tokens)
+    for tb in parsed.tracebacks[-3:]:
+        tokens.add(f"exc={tb.exception.rsplit('.', 1)[-1].lower()}")
+        _text_tokens("", [tb.message, *(c.get("message", "") for c in tb.chain)], tokens)
+        tokens.update(f"fn={f.function.lower()}" for f in tb.frames[-4:])
+    for error in parsed.errors[:40]:
+        tokens.add(f"kind={error.kind}")
+        _text_tokens("", [error.text], tokens)
+    _text_tokens("", parsed.tail[-TAIL_LINES:], tokens)
+    return sorted(tokens)
+
+
+# words that say something went wrong; a log the rules call `none` is read by the model only when it has one
+_FAILURE_STEMS = (
+    "error", "fail", "exception", "fault", "abort", "killed", "traceback", "unsupported", "invalid", "denied",
+    "refused", "timeout", "timed", "unable", "cannot", "segmentation", "dumped",
+    "no_such", "oom", "nan",
+)  # fmt: skip
+
+
+def _may_alarm(tokens: Sequence[str]) -> bool:
+    return not any(f"outcome={o}" in tokens for o in SERVING) and shows_failure(tokens)
+
+
+def shows_failure(tokens: Iterable[str]) -> bool:
+    return any(stem in t for t in tokens if "=" not in t for stem in _FAILURE_STEMS)
+
+
+# ---------------------------------------------------------------- inference
+@dataclass(frozen=True)
+class Guess:
+    failure_class: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Model:
+    classes: tuple[str, ...]
+    prior: tuple[float, ...]  # log prior per class
+    weights: dict[str, list[float]]  # token -> log P(token | class); other tokens are not read
+    temperature: float
+    threshold: float  # below it the class is `other`, low confidence
+    alarm_threshold: float  # a log the rules call `none` gets a failure class only above it
+
+    def predict(self, tokens: Sequence[str]) -> list[Guess]:
+        """Every class with its calibrated probability, most likely first."""
+        scores = list(self.prior)
+        for token in tokens:
+            row = self.weights.get(token)
+            if row is not None:
+                scores = [s + w for s, w in zip(scores, row, strict=True)]
+        return _softmax(self.classes, scores, self.temperature)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Model:
+        return cls(
+            classes=tuple(data["classes"]),
+            prior=tuple(data["prior"]),
+            weights=data["weights"],
+            temperature=float(data["temperature"]),
+            threshold=float(data["threshold"]),
+            alarm_threshold=float(data["alarm_threshold"]),
+        )
+
+
+def _softmax(classes: Sequence[str], scores: Sequence[float], temperature: float) -> list[Guess]:
+    top = max(scores)
+    exps = [math.exp((s - top) / temperature) for s in scores]
+    total = sum(exps)
+    return sorted(
+        (Guess(c, e / total) for c, e in zip(classes, exps, strict=True)),
+        key=lambda g: (-g.probability, g.failure_class),
+    )
+
+
+@lru_cache(maxsize=1)
+def load_model(path: Path = MODEL_PATH) -> Model | None:
+    """The shipped model, read on first use; None when it is missing (the rules then decide alone)."""
+    try:
+        return Model.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------- training
+@dataclass(frozen=True)
+class Example:
+    name: str
+    source: str  # the thread: cases of one thread are held out together
+    label: str
+    tokens: tuple[str, ...]
+
+
+class Counts:
+    """Token counts per class, from which a model for any subset of the examples is a subtraction away."""
+
+    def __init__(self, classes: Sequence[str], examples: Sequence[Example]) -> None:
+        self.classes = tuple(classes)
+        self.index = {c: i for i, c in enumerate(self.classes)}
+        docs: Counter[str] = Counter(t for e in examples for t in set(e.tokens))
+        self.vocabulary = sorted(t for t, n in docs.items() if n >= MIN_DOCS)
+        self.vocab = set(self.vocabulary)
+        self.token_counts: dict[str, list[int]] = {t: [0] * len(self.classes) for t in self.vocabulary}
+        self.class_docs = [0] * len(self.classes)
+        self.class_tokens = [0] * len(self.classes)
+        for example in examples:
+            self._add(example, +1)
+
+    def _add(self, example: Example, sign: int) -> None:
+        k = self.index[example.label]
+        self.class_docs[k] += sign
+        for token in example.tokens:
+            if token in self.vocab:
+                self.token_counts[token][k] += sign
+                self.class_tokens[k] += sign
+
+    def model(
+        self,
+        without: Sequence[Example] = (),
+        temperature: float = 1.0,
+        threshold: float = 0.0,
+        alarm_threshold: float = 1.0,
+    ) -> Model:
+        for example in without:
+            self._add(example, -1)
+        try:
+            v = len(self.vocabulary)
+            docs = sum(self.class_docs)
+            prior = tuple(math.log((n + 1) / (docs + len(self.classes))) for n in self.class_docs)
+            denominators = [math.log(n + ALPHA * v) for n in self.class_tokens]
+            weights = {
+                t: [math.log(c + ALPHA) - d for c, d in zip(row, denominators, strict=True)]
+                for t, row in self.token_counts.items()
+            }
+        finally:
+            for example in without:
+                self._add(example, +1)
+        return Model(self.classes, prior, weights, temperature, threshold, alarm_threshold)
+
+
+def out_of_fold(counts: Counts, examples: Sequence[Example]) -> list[tuple[Example, list[float]]]:
+    """Each example's class scores from a model trained without its thread (leave one source out)."""
+    by_source: dict[str, list[Example]] = {}
+    for example in examples:
+        by_source.setdefault(example.source, []).append(example)
+    out: list[tuple[Example, list[float]]] = []
+    for source in sorted(by_source):
+        held = by_source[source]
+        model = counts.model(without=held)
+        for example in held:
+            scores = list(model.prior)
+            for token in example.tokens:
+                row = model.weights.get(token)
+                if row is not None:
+                    scores = [s + w for s, w in zip(scores, row, strict=True)]
+            out.append((example, scores))
+    return out
+
+
+def fit_temperature(classes: Sequence[str], scored: Sequence[tuple[Example, list[float]]]) -> float:
+    """The temperature that minimises the negative log-likelihood of the out-of-fold predictions."""
+    best, best_nll = 1.0, math.inf
+    for step in range(1, 400):
+        t = step * 0.25
+        nll = 0.0
+        for example, scores in scored:
+            p = next(g.probability for g in _softmax(classes, scores, t) if g.failure_class == example.label)
+            nll -= math.log(max(p, 1e-12))
+        if nll < best_nll - 1e-9:
+            best, best_nll = t, nll
+    return best
+
+
+# ---------------------------------------------------------------- the decision
+@dataclass(frozen=True)
+class FallbackClass:
+    failure_class: str
+    confidence: float
+    low_confidence: bool
+    best_guesses: list[Guess]
+
+
+def fallback_class(parsed: ParsedLog, rules_class: str, model: Model) -> FallbackClass | None:
+    """The model's class for a log no signature or terminal exception explains; None keeps the rules' `none`.
+
+    When the rules saw a failure, `none` is no answer: the best failure class above the threshold, else
+    `other` with low confidence and the best guesses. When the rules saw none, only a confident failure class
+    (above the alarm threshold) replaces it, so a clean log stays clean."""
+    tokens = features(parsed)
+    guesses = model.predict(tokens)
+    if rules_class == "none":
+        top = guesses[0]
+        if parsed.outcome in SERVING or not shows_failure(tokens):
+            return None  # a server that answers, or a log with no word of failure, stays clean
+        if top.failure_class == "none" or top.probability < model.alarm_threshold:
+            return None
+        return FallbackClass(top.failure_class, round(top.probability, 3), False, _rounded(guesses))
+    failing = [g for g in guesses if g.failure_class != "none"]
+    total = sum(g.probability for g in failing) or 1.0
+    failing = [Guess(g.failure_class, g.probability / total) for g in failing]
+    top = failing[0]
+    if top.probability >= model.threshold:
+        return FallbackClass(top.failure_class, round(top.probability, 3), False, _rounded(failing))
+    return FallbackClass("other", round(top.probability, 3), True, _rounded(failing))
+
+
+def _rounded(guesses: Sequence[Guess]) -> list[Guess]:
+    return [Guess(g.failure_class, round(g.probability, 3)) for g in guesses[:3]]
+
+
+# ---------------------------------------------------------------- `dispatchlab kb train`
+DEFAULT_TRAINING_DIRS = tuple(
+    Path(__file__).resolve().parents[2] / "tests" / "fixtures" / d for d in ("cases", "longtail")
+)
+
+
+def labelled_examples(directories: Sequence[Path]) -> list[Example]:
+    """Every scored `X.log` with its label `X.json` in the folders, as the model reads it (parser only)."""
+    from dispatchlab.core.parse import parse_sources
+    from dispatchlab.core.reading import open_sources
+
+    examples: list[Example] = []
+    for folder in directories:
+        for log in sorted(Path(folder).glob("*.log")):
+            label_file = log.with_suffix(".json")
+            if not label_file.exists():
+                continue
+            label = json.loads(label_file.read_text(encoding="utf-8"))
+            if not label.get("scored", True):
+                continue  # the excerpt lacks the decisive line: its label is not the log's
+            parsed = parse_sources(open_sources([log]))
+            source = str(label.get("source") or label.get("url") or log.stem)
+            examples.append(
+                Example(
+                    f"{Path(folder).name}/{log.stem}", source, label["failure_class"], tuple(features(parsed))
+                )
+            )
+    return examples
+
+
+def _failing(guesses: Sequence[Guess]) -> list[Guess]:
+    failing = [g for g in guesses if g.failure_class != "none"]
+    total = sum(g.probability for g in failing) or 1.0
+    return [Guess(g.failure_class, g.probability / total) for g in failing]
+
+
+def choose_thresholds(
+    classes: Sequence[str], scored: Sequence[tuple[Example, list[float]]], temperature: float
+) -> tuple[float, float]:
+    """On out-of-fold predictions: the threshold with the best accuracy on failed logs (the highest of equals:
+    when unsure, say so), and the lowest alarm threshold no clean log reaches."""
+    predicted = [(e, _softmax(classes, s, temperature)) for e, s in scored]
+    failed = [(e, _failing(g)[0]) for e, g in predicted if e.label != "none"]
+    # answer a class where it is more often right than wrong; below, `other` with low confidence is more honest
+    best, best_utility = 0.0, -math.inf
+    for step in range(0, 19):
+        t = round(step * 0.05, 2)
+        right = sum(1 for e, top in failed if top.probability >= t and top.failure_class == e.label)
+        wrong = sum(1 for e, top in failed if top.probability >= t and top.failure_class != e.label)
+        unsure = sum(1 for e, top in failed if top.probability < t and e.label == "other")
+        utility = right + unsure - wrong
+        if utility >= best_utility:
+            best, best_utility = t, utility
+    clean = [
+        g[0].probability
+        for e, g in predicted
+        if e.label == "none" and g[0].failure_class != "none" and _may_alarm(e.tokens)
+    ]
+    alarm = max([0.5, *(math.ceil(p * 100) / 100 + 0.01 for p in clean)])
+    return best, min(alarm, 1.01)
+
+
+def train(examples: Sequence[Example]) -> dict[str, Any]:
+    classes = sorted({e.label for e in examples})
+    counts = Counts(classes, examples)
+    scored = out_of_fold(counts, examples)
+    temperature = fit_temperature(classes, scored)
+    threshold, alarm = choose_thresholds(classes, scored, temperature)
+    model = counts.model()
+    return {
+        "format": 1,
+        "trained_on": len(examples),
+        "classes": list(classes),
+        "prior": [round(p, 4) for p in model.prior],
+        "temperature": temperature,
+        "threshold": threshold,
+        "alarm_threshold": alarm,
+        "weights": {t: [round(w, 3) for w in row] for t, row in sorted(model.weights.items())},
+    }
+
+
+def write_model(data: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n", encoding="utf-8")
