@@ -123,15 +123,12 @@ def cmd_kb_train(args: argparse.Namespace) -> int:
         f"{out}: {data['trained_on']} cases, {len(data['weights'])} tokens, temperature {data['temperature']}, "
         f"threshold {data['threshold']}, alarm threshold {data['alarm_threshold']}"
     )
-    import importlib
+    from dispatchlab.core.similar import INDEX_PATH, train_index
 
-    try:
-        similar = importlib.import_module("dispatchlab.core.similar")
-    except ImportError:
-        return 0  # the similar-incidents index is built where that module exists
-    train_index = getattr(similar, "train_index", None)
-    if train_index is not None:
-        train_index(directories, out.parent / "similar_index.json")
+    # the similar-incidents index sits beside the model: a model written elsewhere gets its own index
+    index = INDEX_PATH if out == MODEL_PATH else out.with_name(INDEX_PATH.name)
+    train_index(directories, index)
+    print(f"{index}: the similar-incidents index of the same cases")
     return 0
 
 

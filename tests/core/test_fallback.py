@@ -102,3 +102,15 @@ def test_the_calibration_table_counts_every_scored_case_once():
     assert table["without_confidence"] == 1
     assert 0 <= table["ece"] <= 1
     assert score(cases)["calibration"] == table
+
+
+def test_the_shipped_model_and_index_are_what_kb_train_makes_from_the_repositorys_cases(tmp_path: Path):
+    """A change to the parser, the cases or the trainer that is not followed by `dispatchlab kb train`
+    would ship a model and an index of another time."""
+    from dispatchlab.core.fallback import MODEL_PATH
+    from dispatchlab.core.similar import INDEX_PATH
+
+    out = tmp_path / MODEL_PATH.name
+    assert run_cli("kb", "train", "--out", str(out)).returncode == 0
+    assert out.read_bytes() == MODEL_PATH.read_bytes(), "run `dispatchlab kb train` and commit the model"
+    assert (tmp_path / INDEX_PATH.name).read_bytes() == INDEX_PATH.read_bytes(), "run `dispatchlab kb train`"
