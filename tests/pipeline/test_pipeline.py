@@ -182,7 +182,7 @@ def _signed(secret: str, body: bytes) -> dict[str, str]:
 
 def test_a_ci_job_waits_for_its_diagnosis(stack, crash_log):
     body = json.dumps({"log": unique(crash_log).decode(), "job": "e2e", "commit": "abc"}).encode()
-    headers = _signed(stack.webhook_secret, body)
+    headers = {**_signed(stack.webhook_secret, body), "X-Dispatchlab-Project": "pipeline"}
     status, answer = stack.request("POST", "/api/v1/hooks/ci?wait=60", body, headers)
     assert status == 201, answer
     assert answer["status"] == "done" and answer["document"]["failure_class"] == "oom"

@@ -143,7 +143,9 @@ def test_a_bad_token_exits_1_with_the_servers_reason(stack, crash_log, tmp_path)
 def test_a_bad_webhook_secret_exits_1_with_the_servers_reason(stack, crash_log, tmp_path):
     log = tmp_path / "crash.log"
     log.write_bytes(crash_log)
-    done = report(str(log), "--url", stack.base_url, "--webhook-secret", "not-the-secret")
+    done = report(
+        str(log), "--url", stack.base_url, "--webhook-secret", "not-the-secret", "--project", "pipeline"
+    )
     assert done.returncode == 1
     assert done.stderr.decode().startswith(
         "dispatchlab report: the server refused the signature (401): bad signature; check"
@@ -414,6 +416,7 @@ def test_a_retried_delivery_returns_the_same_report(stack, crash_log, tmp_path):
         CI_JOB_ID=str(secrets.randbelow(10**9)),
         DISPATCHLAB_URL=stack.base_url,
         DISPATCHLAB_WEBHOOK_SECRET=stack.webhook_secret,
+        DISPATCHLAB_PROJECT="pipeline",
     )
     first = report(str(log), env=env)
     again = report(str(log), env=env)

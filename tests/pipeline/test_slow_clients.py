@@ -125,6 +125,19 @@ def _connects(port: int) -> bool:
         return False
 
 
+def _rest_of(sock: socket.socket, answer: bytes) -> bytes:
+    """The whole answer once its first bytes came: the head and the body may arrive in two packets."""
+    sock.settimeout(5)
+    while True:
+        try:
+            more = sock.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            return answer
+        if not more:
+            return answer
+        answer += more
+
+
 def _dribble_until_cut(sock: socket.socket, data: bytes) -> bytes:
     """Send `data` a byte every 0.2 s (then nothing) until the server answers or closes; what it said."""
     sock.settimeout(0.2)
@@ -133,7 +146,7 @@ def _dribble_until_cut(sock: socket.socket, data: bytes) -> bytes:
     while time.monotonic() < deadline:
         try:
             answer = sock.recv(65536)
-            return answer or b"(closed)"
+            return _rest_of(sock, answer) if answer else b"(closed)"
         except TimeoutError:
             pass
         except ConnectionResetError:
