@@ -1,8 +1,10 @@
 """Is a model's answer nonsense? The GPU worker asks this of every re-run launch that starts serving.
 
 Broken kernels and random weights rarely fail loudly: the server starts and answers, but decoding
-collapses to token 0 (`!!!!!!!!`), loops on one token or phrase, or emits random subword pieces from
-many scripts glued together. Each detector looks for one of those shapes and is tuned to stay silent on
+collapses to token 0 (`!!!!!!!!`), loops on one token or phrase (or hops from one stuck token to the
+next), scatters '#' pieces, counts list markers with nothing after them, or emits random subword pieces
+from many scripts glued together. A loop counts when the decoder never gets out of it (it runs to the
+end) or it is nearly the whole answer; emphasis, refrains, nucleotide motifs and rows of emoji do not. Each detector looks for one of those shapes and is tuned to stay silent on
 ordinary answers in any language, code, lists and numbers; tests/core/test_garbage.py measures both on
 a corpus. Word salad written in one script (random English subwords) is out of reach without a
 dictionary, and is not claimed.
@@ -55,11 +57,17 @@ _HASH_CHARS = frozenset("#＃")
 # Token 0 of the GPT-2, Llama 3 and Qwen vocabularies is '!': a run this long is collapse, not emphasis.
 _LOUD_CHARS = frozenset("!?！？¡¿")
 _LOUD_RUN = 16
+_EMOJI_RUN = 32
 _SYMBOL_TOKEN = re.compile(r"[^\w\s]")
 # '# Setup', '## Title', '###  Misc': a comment or header line makes '#' runs around it code or markup.
 _COMMENT_LINE = re.compile(r"^[ \t]*#+[^#\n]*[^\W\d_]", re.MULTILINE)
 _DOMINANT = 0.5
 _MAX_PERIOD = 40
+_LOOPS_COVER = 0.6
+_LONE_HASHES = 8
+_LOOP_ALONE = 0.75
+# 'ATGATGATG', '(CAG)n': a nucleotide sequence repeats its motif by nature
+_NUCLEOTIDES = frozenset("ACGTUN")
 
 _SCRIPTS = frozenset(
     [
@@ -146,7 +154,15 @@ def detect_garbage(text: str) -> GarbageVerdict:
         return _verdict(GarbageKind.EMPTY, 1.0, reason)
     visible = "".join(text.split())
     evidence = 0.0
-    for check in (_broken_characters, _symbol_runs, _loops, _dominant_word, _script_noise):
+    for check in (
+        _broken_characters,
+        _symbol_runs,
+        _lone_hashes,
+        _loops,
+        _empty_list,
+        _dominant_word,
+        _script_noise,
+    ):
         verdict, strength = check(text, visible)
         if verdict is not None:
             return verdict
@@ -206,7 +222,8 @@ def _symbol_runs(text: str, visible: str) -> _Check:
             return _verdict(GarbageKind.HASH_RUN, share, reason), share
         return None, share
     needed = 0.9 if ch in _RULE_CHARS else _DOMINANT
-    if share >= needed:
+    # '👍👍👍👍👍👍👍👍👍👍', '🎉🎉🎉': people answer with a row of emoji; a collapsed decoder runs far longer
+    if share >= needed and (unicodedata.category(ch) != "So" or run >= _EMOJI_RUN):
         reason = f"{_pct(share)} of the answer is the character {ch!r} repeated (a run of {run})"
         return _verdict(GarbageKind.PUNCTUATION_RUN, share, reason), share
     if ch in _LOUD_CHARS and run >= _LOUD_RUN:
@@ -215,11 +232,54 @@ def _symbol_runs(text: str, visible: str) -> _Check:
     return None, share
 
 
+def _lone_hashes(text: str, visible: str) -> _Check:
+    """'# # # // Seng# # #0xA': '#' pieces scattered between spaces across the answer. A comment or a
+    header opens its line with one '#' and words follow; a broken decoder drops them mid-line too."""
+    lines = [line.split() for line in text.splitlines()]
+    tokens = sum(len(words) for words in lines)
+    if not tokens:
+        return None, 0.0
+    lone = [
+        (row, index)
+        for row, words in enumerate(lines)
+        for index, word in enumerate(words)
+        if set(word) <= _HASH_CHARS
+    ]
+    share = len(lone) / tokens
+    mid_line = sum(1 for _, index in lone if index > 0)
+    # a banner ('# # # # # # #') is one line or two; scattered pieces come on many
+    rows = len({row for row, index in lone if index > 0})
+    if mid_line >= _LONE_HASHES and rows >= 3 and share >= _DOMINANT:
+        reason = f"{len(lone)} of the answer's {tokens} words are a lone '#' ({mid_line} of them mid-line)"
+        return _verdict(GarbageKind.HASH_RUN, share, reason), share
+    return None, share if mid_line else 0.0
+
+
+_LIST_MARKER = re.compile(r"(?<!\S)\d{1,4}[.)](?!\S)")
+_EMPTY_LIST_MARKERS = 10
+
+
+def _empty_list(text: str, visible: str) -> _Check:
+    """'1.  2.  3.  4. ...': a numbered list whose items are all empty. Decoding stuck on the list's
+    markers counts on to max_tokens; a list a person asked for has something after each number."""
+    markers = _LIST_MARKER.findall(text)
+    if len(markers) < _EMPTY_LIST_MARKERS:
+        return None, 0.0
+    rest = len(visible) - sum(len(marker) for marker in markers)
+    if rest <= 0.1 * len(visible):
+        reason = f"a numbered list of {len(markers)} items, all empty ({markers[0]} to {markers[-1]})"
+        return _verdict(GarbageKind.REPEATED_TOKEN, max(1 - rest / len(visible), 0.5), reason), 0.0
+    return None, 0.0
+
+
 @dataclass(frozen=True)
 class _Loop:
     unit: str
     repeats: int
     share: float  # visible characters inside the loop / visible characters of the answer
+    start: int  # where the loop is in the answer with its whitespace collapsed
+    end: int
+    to_end: bool  # nothing but punctuation follows it: the decoder never got out
 
 
 def _find_loops(text: str, visible_len: int) -> list[_Loop]:
@@ -236,7 +296,9 @@ def _find_loops(text: str, visible_len: int) -> list[_Loop]:
                 # 'the the the' holds three 'the ' although the last one lost its space.
                 repeats = max((length + period) // period, span.count(unit.strip()))
                 covered = len(span) - span.count(" ")
-                loops.append(_Loop(unit, repeats, covered / visible_len))
+                end = start + length + period
+                to_end = not any(ch.isalnum() for ch in flat[end:])
+                loops.append(_Loop(unit, repeats, covered / visible_len, start, end, to_end))
             start += length
     return loops
 
@@ -256,7 +318,11 @@ def _word_aligned(unit: str) -> str:
 
 def _loop_is_garbage(loop: _Loop) -> bool:
     unit = "".join(loop.unit.split())
-    if not unit:
+    if not unit or set(unit) <= _NUCLEOTIDES:
+        return False
+    if not loop.to_end and loop.share < _LOOP_ALONE:
+        # 'very very very ... good question!', 'ho ho ho ..., Merry Christmas!': emphasis the answer
+        # goes on from; a stuck decoder loops to max_tokens, or the loop is nearly all it says.
         return False
     letters = sum(1 for ch in unit if ch.isalpha())
     if letters * 2 >= len(unit):
@@ -276,10 +342,34 @@ def _loop_is_garbage(loop: _Loop) -> bool:
     if any(ch.isdigit() for ch in unit):
         # 1000000000, 0x0000000000000000, a googol: numbers repeat digits legitimately.
         return loop.repeats >= 16 and loop.share >= 0.9
+    if all(unicodedata.category(ch) == "So" for ch in unit):
+        return loop.repeats >= _EMOJI_RUN  # a row of emoji is a reply people send
     if set(unit) <= _RULE_CHARS | _HASH_CHARS:
         # '-----', '|---|---|', '=====': rules and table borders, garbage only as the whole answer.
         return loop.repeats >= 8 and loop.share >= 0.9
     return loop.repeats >= 8 and loop.share >= 0.6
+
+
+def _word_unit(loop: _Loop) -> bool:
+    """A loop of a word or phrase (letters, no digits): what a decoder stuck on tokens repeats."""
+    unit = "".join(loop.unit.split())
+    letters = sum(1 for ch in unit if ch.isalpha())
+    return letters * 2 >= len(unit) > 0 and not any(ch.isdigit() for ch in unit)
+
+
+def _loop_coverage(text: str, loops: list[_Loop], visible_len: int) -> tuple[list[_Loop], float]:
+    """Loops of eight or more words and the share of the answer they cover together: a decoder that
+    hops from one stuck token to the next ('camin naman ... করিনি করিনি ... Encode Encode') loops
+    everywhere, though no one loop dominates."""
+    long = [loop for loop in loops if loop.repeats >= 8 and _word_unit(loop)]
+    if len(long) < 2:
+        return long, 0.0
+    flat = " ".join(text.split())
+    covered = [False] * len(flat)
+    for loop in long:
+        covered[loop.start : loop.end] = [True] * (loop.end - loop.start)
+    visible = sum(1 for index, ch in enumerate(flat) if covered[index] and ch != " ")
+    return long, visible / visible_len
 
 
 def _loops(text: str, visible: str) -> _Check:
@@ -287,7 +377,15 @@ def _loops(text: str, visible: str) -> _Check:
     flagged = [loop for loop in loops if _loop_is_garbage(loop)]
     strength = max((loop.share for loop in loops), default=0.0)
     if not flagged:
-        return None, strength
+        long, coverage = _loop_coverage(text, loops, len(visible))
+        if coverage >= _LOOPS_COVER:
+            units = list(dict.fromkeys(loop.unit.strip() for loop in long))
+            shown = ", ".join(_show(unit) for unit in units[:4]) + (", ..." if len(units) > 4 else "")
+            reason = (
+                f"{len(units)} tokens repeated back to back ({shown}) cover {_pct(coverage)} of the answer"
+            )
+            return _verdict(GarbageKind.REPEATED_TOKEN, coverage, reason), max(strength, coverage)
+        return None, max(strength, coverage)
     loop = max(flagged, key=lambda item: (item.share, -len(item.unit)))
     unit = loop.unit.strip()
     words = len(unit.split())
@@ -331,15 +429,29 @@ def _dominant_word(text: str, visible: str) -> _Check:
     if len(words) < 10:
         return None, 0.0
     word, count = Counter(words).most_common(1)[0]
+    where = [index for index, each in enumerate(words) if each == word]
+    if where[-1] - where[0] + 1 == count:
+        return None, 0.0  # one back-to-back run: the loop check judged it
     # Code repeats names ('Tuple[int, int]', 'raise E -> raise E(V)') between its symbols: count those
     # symbols as tokens too, so only prose made of one word dominates.
     tokens = len(words) + len(_SYMBOL_TOKEN.findall(text))
     share = count / tokens
     # 'import os\nimport sys\n...' is half 'import': dominating means more than that.
-    if count >= 8 and share >= 0.6:
+    if count >= 8 and share >= 0.6 and not _refrain(text, word):
         reason = f"{_show(word)} makes up {_pct(share)} of the words ({count} of {tokens})"
         return _verdict(GarbageKind.REPEATED_TOKEN, share, reason), share
     return None, share
+
+
+_PHRASE_END = re.compile(r"[,.;:!?…，。！？、]")
+
+
+def _refrain(text: str, word: str) -> bool:
+    """'La la la, la la la, la la la la.': a sung syllable comes in phrases the punctuation marks off,
+    of varying length; a decoder's dominant token is strewn through the text without that rhythm."""
+    phrases = [phrase.split() for phrase in _PHRASE_END.split(text.lower())]
+    sung = [len(words) for words in phrases if words and set(words) == {word.lower()}]
+    return len(sung) >= 3 and len(set(sung)) > 1
 
 
 @lru_cache(maxsize=8192)

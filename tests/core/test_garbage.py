@@ -170,6 +170,83 @@ GARBAGE: list[tuple[str, GarbageKind]] = [
 ]
 
 
+# Hard negatives written apart from the rules: answers whose shapes sit next to a garbage shape (a row
+# of emoji, a sung refrain, a nucleotide motif, a spaced '#' banner, a numbered list, emphasis).
+HARD_CLEAN: list[str] = [
+    "北京是中华人民共和国的首都，也是全国的政治、文化和国际交往中心。故宫、长城和天坛每年吸引数以百万计的游客。",
+    "人工知能（AI）は、機械学習やディープラーニングなどの技術を使って、人間のように考えたり判断したりするシステムです。ChatGPTもその一例です。",
+    "서울은 대한민국의 수도이며, 약 천만 명이 살고 있습니다. 한강이 도시를 가로질러 흐릅니다. GPU 서버는 H100을 사용합니다.",
+    "Москва — столица России. Город расположен на реке Москве; население — около 13 миллионов человек. Запустите сервер командой `vllm serve`.",
+    "القاهرة هي عاصمة مصر وأكبر مدنها، ويبلغ عدد سكانها أكثر من عشرين مليون نسمة. يمر نهر النيل عبر المدينة.",
+    "```python\nimport numpy as np\n\ndef softmax(x: np.ndarray) -> np.ndarray:\n    e = np.exp(x - x.max())\n    return e / e.sum()\n\nprint(softmax(np.array([1.0, 2.0, 3.0])))\n```",
+    '```cpp\n#include <cstdio>\n#include <vector>\n#define N 16\n#define M 32\n#ifdef DEBUG\n#endif\nint main() { std::vector<int> v(N); printf("%d\\n", (int)v.size()); }\n```',
+    '#!/bin/bash\n#\n# start.sh\n#\n# Usage: ./start.sh MODEL\n#\nset -euo pipefail\n# # # # # # # # # # # #\npython -m sglang.launch_server --model-path "$1"',
+    "| Model | Params | MMLU |\n|:------|-------:|-----:|\n| Llama-3-8B | 8B | 66.6 |\n| Qwen2.5-7B | 7B | 74.2 |\n| Mistral-7B | 7B | 62.5 |",
+    "1. Install the driver.\n2. Reboot.\n3. Run `nvidia-smi`.\n4. Install CUDA 12.4.\n5. Install PyTorch.\n6. Install vLLM.\n7. Download the model.\n8. Start the server.\n9. Send a request.\n10. Check the logs.\n11. Done.",
+    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20",
+    "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12",
+    "Sections 1. 2. and 3. of the licence apply.",
+    '{"id": 1, "items": [{"name": "a", "qty": 2}, {"name": "b", "qty": 3}], "total": 5, "ok": true}',
+    "Let x = 3. Then x² + 2x + 1 = (x + 1)² = 16, and ∫₀¹ x dx = 1/2. Also ∑_{k=1}^{n} k = n(n+1)/2.",
+    "The CAG repeat CAGCAGCAGCAGCAGCAGCAGCAGCAGCAGCAGCAGCAGCAG is longer than 36 copies in Huntington's disease.",
+    "ATGATGATGATGATGATGATGATGATGATGATG",
+    "Fa-la-la-la-la, la-la-la-la! 'Tis the season to be jolly, fa-la-la-la-la, la-la-la-la.",
+    "Na na na na, na na na na, hey hey hey, goodbye.",
+    "La la la, la la la, la la la la la la la, la la la la la.",
+    "4",
+    "Paris.",
+    "Yes",
+    "🙂",
+    "🎉🎉🎉 Congratulations! 🎉🎉🎉",
+    "👍👍👍👍👍👍👍👍👍👍",
+    "Sure! 😊 Here are three fruits: 🍎 apple, 🍌 banana, 🍇 grapes. Enjoy! 🙌",
+    "- [ ] write tests\n- [x] fix bug\n- [ ] release\n\n> Note: run `ruff` first.",
+    "Very very very very very very very very good question! Let me explain.",
+    "def f(x):\n    return x\n\n# ----------------------------------------------------------\n# helpers\n# ----------------------------------------------------------\n",
+    "Ответ: 42. Вот код на Python:\n\nprint(6 * 7)  # 42",
+    "日本語と English を混ぜて書くこともあります。例えば「GPU のメモリが足りない」など。",
+    "Der Kühlschrank ist kaputt, weil der Kompressor überhitzt ist. Rufen Sie den Kundendienst an.",
+    "| # | Name | Score |\n|---|------|-------|\n| 1 | Ann | 90 |\n| 2 | Bob | 85 |\n| 3 | Cid | 70 |",
+    "# Title\n\n## Section\n\n### Subsection\n\nText.\n\n#### Deeper\n\n##### Deepest\n\n###### Six",
+    "ho ho ho ho ho ho ho ho, Merry Christmas!",
+]
+
+# Garbage shapes of real threads: '#' pieces scattered mid-line, a list of markers only, a decoder
+# hopping between stuck tokens.
+MORE_GARBAGE: list[tuple[str, GarbageKind]] = [
+    (
+        "# -# #\n# # # # # # # # // Seng# # #0xA\n# # # # # #\npackage#\n# # # # # #   #\n#   # #",
+        GarbageKind.HASH_RUN,
+    ),
+    (
+        "\n  1.  2.  3.  4.  5.  6.  7.  8.  9.  10.  11.  12.  13.  14.  15.  16.  17.  18.  1",
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    (
+        "Let's think step by step. camin " + "camin naman " * 9 + "Encode " * 12 + "zorb " * 10,
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    ("import numpy" + " py" * 20, GarbageKind.REPEATED_TOKEN),
+]
+
+
+@pytest.mark.parametrize("text", HARD_CLEAN)
+def test_hard_negative_answers_are_not_called_garbage(text):
+    verdict = detect_garbage(text)
+    assert not verdict.garbage, verdict.reason
+
+
+@pytest.mark.parametrize(("text", "kind"), MORE_GARBAGE)
+def test_scattered_hashes_empty_lists_and_hopping_loops_are_garbage(text, kind):
+    verdict = detect_garbage(text)
+    assert verdict.garbage and verdict.kind == kind, verdict.reason
+
+
+def test_a_loop_the_answer_goes_on_from_is_emphasis_but_a_loop_to_the_end_is_not():
+    assert not detect_garbage("Very very very very very very very good question! Let me explain why.").garbage
+    assert detect_garbage("Good question! Let me explain why." + " very" * 12).garbage
+
+
 # Subword pieces as a multilingual byte-level BPE vocabulary holds them, grouped by script with their
 # weight in the draw (roughly Llama 3's mix: mostly English and code, a quarter other scripts).
 # Pieces are separated by spaces; '·' marks a piece that starts a word (BPE's leading space),

@@ -240,3 +240,44 @@ def test_an_amd_gfx_target_is_read_from_errors_and_device_lines(tmp_path, text: 
     log = tmp_path / "amd.log"
     log.write_text(text)
     assert analyze_paths([log])["gpu"]["arch"] == arch
+
+
+# ---- answers read from more places ---------------------------------------------------------------------
+TRITON_OUTPUT = (
+    '{"model_name":"ensemble","model_version":"1","text_output":"def main():' + " py" * 20 + '"}\n'
+)
+LABELLED_OUTPUT = 'Input: "The capital of France is"\nOutput: "Paris, and' + " the" * 30 + '"\n'
+TEMPLATE_LOOP = "<|im_start|>" * 40 + "\n"
+TRAINER_SAMPLE = (
+    "(main_task pid=360402)  Answer:\n(main_task pid=360402) Let's think step by step. "
+    + "camin naman " * 12
+    + "Encode " * 30
+    + "\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [TRITON_OUTPUT, LABELLED_OUTPUT, TEMPLATE_LOOP, TRAINER_SAMPLE],
+    ids=["triton-text-output", "labelled-output", "special-token-loop", "trainer-rollout-sample"],
+)
+def test_a_looping_answer_is_garbage_wherever_the_log_shows_it(tmp_path, text):
+    doc = analyze_paths([_write(tmp_path, text)])
+    assert len(_garbage(doc)) == 1
+    assert doc["failure_class"] == "garbage_output"
+
+
+CLEAN_PLACES = """\
+{"model_name":"ensemble","text_output":"def main():\\n    print('hello')"}
+Output [Text 0 Beam 0]: "Paris is the capital and largest city of France."
+assistant : The capital of the United States is Washington, D.C.
+(main_task pid=1) Reward: [nan nan nan nan nan nan nan nan nan nan nan nan nan nan nan nan]
+(main_task pid=1) Fa la la la la la la la la, ho ho ho ho ho ho ho ho ho, merry merry Christmas to all of you my friends
+"""
+
+
+def test_clean_answers_in_those_places_and_repeated_array_values_are_not_garbage(tmp_path):
+    doc = analyze_paths([_write(tmp_path, CLEAN_PLACES)])
+    assert _garbage(doc) == []
+    assert doc["failure_class"] == "none"
+    assert _served_line(CLEAN_PLACES) == 1

@@ -1,9 +1,13 @@
 """Generated text: the answers a log shows, judged for garbage, and the proof that the server answered.
 
 Answers show up as pasted response JSON (`"content": "..."` in a chat completion, `{"text": ...}` from
-SGLang's /generate, openai-python reprs), as server log lines that print outputs (SGLang `--log-requests`
+SGLang's /generate, `"text_output"` of Triton's generate endpoint, `"generated_text"` of TGI-style servers,
+openai-python reprs), as server log lines that print outputs (SGLang `--log-requests`
 `Finish: obj=..., out={'text': ...}`, vLLM `--enable-log-outputs` `Generated response ...: output: '...'`,
-`Generated text: '...'` of vLLM's offline examples) and as a bare pasted line that is one token repeated.
+`Generated text: '...'` of vLLM's offline examples), as a labelled pasted output (`Output: "..."`, TRT-LLM
+run.py's `Output [Text 0 Beam 0]: "..."`, a chat transcript's `assistant: ...`), as a bare pasted line that
+is one token repeated, and as any line where one word repeats back to back (a rollout sample printed by a
+trainer, an answer pasted into prose).
 Prompts look the same (`"content"` in a request's messages), so a value counts as an answer only when
 the nearest marker around it is a response's (`"choices"`, `"role": "assistant"`, `out=`, ...).
 """
@@ -22,6 +26,14 @@ from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, without_numbers
 # a JSON or Python-repr string value, possibly cut by the end of the pasted line
 _STRING = r"(?:\"(?P<dq>[^\"\\]*(?:\\.[^\"\\]*)*)\"?|'(?P<sq>[^'\\]*(?:\\.[^'\\]*)*)'?)"
 _JSON_VALUE = re.compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
+# keys only a response has: their value is an answer wherever the document is
+_OUTPUT_VALUE = re.compile(r"[\"'](?:text_output|generated_text|output_text)[\"']\s*:\s*" + _STRING)
+# a pasted output under a label of its own at the start of a line; a chat transcript's assistant turn
+_LABEL_VALUE = re.compile(
+    r"^\s*(?:Output|Response|Answer|Completion|Prediction|Generated(?: text| output)?|Model output)"
+    r"(?: \[Text \d+ Beam \d+\])?\s*:\s*" + _STRING
+)
+_TRANSCRIPT_VALUE = re.compile(r"^\s*(?:assistant|Assistant|ASSISTANT)\s*:\s*(?P<free>\S.*)")
 _KEYWORD_VALUE = re.compile(
     r"\b(?:ChatCompletionMessage\(content|CompletionChoice\([^()]*?\btext)=" + _STRING
 )
@@ -37,7 +49,12 @@ _REQUEST_MARK = re.compile(
     r"\bcurl\s|-d\s+'|--data\b|[\"'](?:messages|prompt|sampling_params|input)[\"']\s*:|"
     r"[\"']role[\"']\s*:\s*[\"'](?:user|system)|\bobj=\w+\(|requests\.post\(|Received request|prompt: "
 )
-_REPEAT = re.compile(r"(\S{2,16}?)\1{10,}")
+# up to 32 characters: a chat template's special token (`<｜begin▁of▁sentence｜>`) is 22
+_REPEAT = re.compile(r"(\S{2,32}?)\1{10,}")
+# one word with letters, eight times back to back: the loop a collapsed decoder falls into
+_WORD_LOOP = re.compile(r"(?<!\S)([^\W\d_][^\s\d]{1,23})(?: \1){7,}(?!\S)")
+# what an array printout repeats (`[nan nan nan ...]`, `True True ...`) is a value, not an answer's word
+_ARRAY_VALUES = frozenset({"nan", "inf", "-inf", "none", "null", "true", "false"})
 # vocabulary slots no training text contains (Llama 3's reserved specials, Gemma's unused, Qwen's extra):
 # an answer that samples one is decoding random token ids
 _UNTRAINED_TOKEN = re.compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
@@ -101,7 +118,13 @@ def garbage_reason(answer: str) -> str | None:
 
 class Generated:
     RULES: ClassVar[dict[str, str]] = {
-        "gen_json": r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*[\"']",
+        "gen_json": (
+            r"[\"'](?:text|content|reasoning_content|text_output|generated_text|output_text)[\"']\s*:\s*[\"']"
+        ),
+        "gen_label": (
+            r"^\s*(?:(?:Output|Response|Answer|Completion|Prediction|Generated(?: text| output)?|Model output)"
+            r"(?: \[Text \d+ Beam \d+\])?\s*:\s*[\"']|(?:assistant|Assistant|ASSISTANT)\s*:\s*\S)"
+        ),
         "gen_keyword": r"ChatCompletionMessage\(content=|CompletionChoice\(",
         "gen_log": (
             r"Generated response \S+(?: \(streaming complete\))?: output: |Generated text: |"
@@ -112,6 +135,9 @@ class Generated:
         # be slow twice: Hyperscan's prefilter widens it to any line, and Python's search tries every unit
         # length at every character of every long word (1 ms on a 2 KB path).
         "gen_repeat": r"\S{22,}",
+        # twelve words in a row, each starting with a letter: the gate for `_WORD_LOOP` (a backreference,
+        # checked in handle on these lines only)
+        "gen_words": r"(?:[^\W\d_][^\s\d]{1,23} ){12}",
         "gen_doc_mark": (
             r"[\"']choices[\"']\s*:|[\"']role[\"']\s*:\s*[\"'](?:assistant|user|system)|"
             r"[\"']object[\"']\s*:\s*[\"'](?:chat\.completion|text_completion)|\bcurl\s|"
@@ -131,7 +157,7 @@ class Generated:
         if "gen_doc_mark" in hits and "gen_log" not in hits:
             self._note_context(line)  # where a pretty-printed document's later lines belong
         if not answers:
-            return False
+            return self._looping_line(line, hits)
         if self.obs.served_line is None:
             self.obs.served_line = line.number
         self.answers += 1
@@ -148,7 +174,14 @@ class Generated:
         if "gen_log" in hits:
             return [_value(m) for m in _LOG_VALUE.finditer(msg)]
         answers = [_value(m) for m in _KEYWORD_VALUE.finditer(msg)] if "gen_keyword" in hits else []
+        if "gen_label" in hits:
+            labelled = _LABEL_VALUE.match(msg)
+            if labelled:
+                answers.append(_value(labelled))
+            elif transcript := _TRANSCRIPT_VALUE.match(msg):
+                answers.append(transcript.group("free"))
         if "gen_json" in hits:
+            answers += [_value(m) for m in _OUTPUT_VALUE.finditer(msg)]
             answers += [
                 _value(m) for m in _JSON_VALUE.finditer(msg) if self._is_answer(msg, m.start(), line.number)
             ]
@@ -186,6 +219,24 @@ class Generated:
             len(set(unit)) > 1 and any(ch.isalpha() for ch in unit)
             for unit in (m.group(1) for m in _REPEAT.finditer(line.msg))
         )
+
+    def _looping_line(self, line: Line, hits: Hits) -> bool:
+        """A line with no answer marker where a word with letters repeats eight times back to back (a rollout
+        sample a trainer prints, an answer pasted into prose) is judged whole; it counts only when garbage,
+        as the line may be anything else."""
+        if "gen_words" not in hits or self.answers >= _JUDGED_ALL:
+            return False
+        msg = line.msg
+        if not any(m.group(1).lower() not in _ARRAY_VALUES for m in _WORD_LOOP.finditer(msg)):
+            return False
+        reason = garbage_reason(msg.strip())
+        if reason is None:
+            return False
+        self.answers += 1
+        if self.obs.served_line is None:
+            self.obs.served_line = line.number
+        self._garbage(line, msg.strip(), reason)
+        return True
 
     def _garbage(self, line: Line, answer: str, reason: str) -> None:
         obs = self.obs
