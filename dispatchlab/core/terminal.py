@@ -86,7 +86,7 @@ _OOM = re.compile(
     r"insufficient GPU memory|KV cache\b[^\n]{0,60}?-\d+(?:\.\d+)? ?[GM]i?B",
     re.I,
 )
-_NCCL = re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|ncclInternalError|\bGloo\b", re.I)
+_NCCL = re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|ncclInternalError|\bGloo\b|NVSHMEM", re.I)
 _HANG = re.compile(
     r"[Ww]atchdog|timed? ?out|Timeout|\bhang\b|deadlock|heartbeat|"
     # liveness checks and wait reports (failures.py `stall`, `waiting`): a process stopped answering its peers

@@ -340,3 +340,28 @@ def test_a_liveness_check_that_gave_up_is_a_hang_without_any_traceback(line: str
     log = tmp_path / "stall.log"
     log.write_text(line + "\n")
     assert analyze_paths([log])["failure_class"] == "timeout_hang"
+
+
+def test_one_chat_request_failing_in_the_openai_handler_is_not_a_crash(tmp_path: Path):
+    log = tmp_path / "request.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/entrypoints/openai/serving_base.py", line 45, in handle_request\n'
+        "    return await self._handle_non_streaming_request(\n"
+        '  File "/sgl/python/sglang/srt/entrypoints/openai/serving_chat.py", line 812, in _build_chat_response\n'
+        "    raise ValueError(\n"
+        "ValueError: Expected 2 output messages (reasoning and final), but got 1.\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == "none"
+    assert doc["outcome"] != "crashed"
+
+
+def test_nvshmem_failing_to_connect_its_transport_is_a_collective_failure(tmp_path: Path):
+    log = tmp_path / "nvshmem.log"
+    log.write_text(
+        "/opt/nvshmem/src/host/transport/transport.cpp:412: non-zero status: 7\n"
+        "nvshmem setup connections failed\n"
+        "/opt/nvshmem/src/host/init/init.cu:1010: non-zero status: 7\n"
+    )
+    assert analyze_paths([log])["failure_class"] == "nccl_error"

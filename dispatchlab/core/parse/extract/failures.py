@@ -85,7 +85,9 @@ _REQUEST_LOGGER = re.compile(
 _REQUEST_FRAME = re.compile(
     r"^(?:create_chat_completion|create_completion|_preprocess_chat|_preprocess_completion|generate_request|"
     r"handle_generate_request|v1_chat_completions|v1_completions|openai_v1_\w+|_handle_batch_request|"
-    r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses)$"
+    r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses|"
+    # SGLang's OpenAI serving base (entrypoints/openai/serving_base.py): one request's handler
+    r"_handle_non_streaming_request|_handle_streaming_request|_build_chat_response)$"
 )
 _REQUEST_TEXT_RULE = (
     r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
@@ -188,7 +190,10 @@ class Failures:
             r"unspecified launch failure|invalid device function|out of memory)"
         ),
         "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
-        "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
+        "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError|"
+        # NVSHMEM (DeepEP's transport between GPUs and nodes) failing to set up or used before it did
+        r"nvshmem setup connections failed|NVSHMEM API called before NVSHMEM initialization|"
+        r"nvshmem/src/\S+:\d+: non-zero status",
         "oom": (
             r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase|"
             r"insufficient GPU memory|No available memory for the cache blocks"
