@@ -34,6 +34,12 @@ _ARCH_REFUSED = re.compile(
     r"[Nn]o (?:\w+ )?kernels? (?:found |available )?for (?:compute |CUDA )?capability|"
     r"[Rr]equired (?:compute |CUDA )?capability[ :=]+\d|only supports? \w+ GPUs? or newer",
 )
+# The toolchain itself cannot generate code for the GPU (or read the PTX it was given): ptxas/nvcc older than the
+# arch or than the compiler that wrote the PTX. The build fails whatever kernel it builds: compile_error. A kernel
+# or library that refuses the GPU it runs on (no kernel image, "requires SM90") is arch_unsupported_kernel.
+_TOOLCHAIN_REFUSED = re.compile(
+    r"is not defined for option 'gpu-name'|Unsupported gpu architecture '|fatal\s*: Unsupported \.version \d"
+)
 # A missing header decides between two classes: the top-level header of a package the build depends on (a
 # development package or toolkit that is not installed) is a dependency; any other header (one of the
 # source tree, or a toolkit's internal file its own release should ship) is a build that does not fit.
@@ -80,8 +86,13 @@ _OOM = re.compile(
     r"insufficient GPU memory|KV cache\b[^\n]{0,60}?-\d+(?:\.\d+)? ?[GM]i?B",
     re.I,
 )
-_NCCL = re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|ncclInternalError|\bGloo\b", re.I)
-_HANG = re.compile(r"[Ww]atchdog|timed? ?out|Timeout|\bhang\b|deadlock|heartbeat", re.I)
+_NCCL = re.compile(r"NCCL|ProcessGroupNCCL|DistBackendError|ncclInternalError|\bGloo\b|NVSHMEM", re.I)
+_HANG = re.compile(
+    r"[Ww]atchdog|timed? ?out|Timeout|\bhang\b|deadlock|heartbeat|"
+    # liveness checks and wait reports (failures.py `stall`, `waiting`): a process stopped answering its peers
+    r"[Hh]ealth ?check (?:failed|is pending)|No available (?:shared memory broadcast )?block found",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,15 @@ RULES: list[_Rule] = [
         "NCCL or the process group reported an error: a peer died, a link or transport failed, or a rank timed out.",
         "Re-run with NCCL_DEBUG=INFO to see the transport each pair chose; check the first rank that failed.",
         lambda f: bool(_NCCL.search(f.text)),
+    ),
+    (
+        "compile_error",
+        "The compiler toolchain cannot build for this GPU (ptxas/nvcc too old)",
+        "ptxas or nvcc does not know this GPU's architecture, or the PTX version a newer compiler wrote: the toolkit "
+        "is older than the GPU or than the compiler (Triton) in front of it, so no kernel can be built.",
+        "Use a CUDA toolkit (and the Triton/PyTorch built for it) that supports this GPU, or point TRITON_PTXAS_PATH "
+        "and CUDA_HOME at the newer toolkit.",
+        lambda f: bool(_TOOLCHAIN_REFUSED.search(f.text)),
     ),
     (
         "arch_unsupported_kernel",

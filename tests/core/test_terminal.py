@@ -46,7 +46,8 @@ def test_an_unexplained_crash_is_diagnosed_from_its_terminal_exception(name, fai
         assert top["fix"]["summary"] and top["explanation"]
 
 
-def test_a_compile_failure_without_a_traceback_still_is_one(tmp_path: Path):
+def test_a_toolchain_too_old_for_the_gpu_is_a_compile_error_even_without_a_traceback(tmp_path: Path):
+    # the rule: the toolchain cannot build for this arch -> compile_error; the kernel refuses this arch -> arch
     log = tmp_path / "jit.log"
     log.write_text(
         "[2026-03-02 10:14:11 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=13.52 GB\n"
@@ -54,8 +55,38 @@ def test_a_compile_failure_without_a_traceback_still_is_one(tmp_path: Path):
         "ninja: build stopped: subcommand failed.\n"
     )
     doc = analyze_paths([log])
-    assert doc["failure_class"] == "arch_unsupported_kernel"
-    assert doc["matches"][0]["failure_class"] == "arch_unsupported_kernel"
+    assert doc["failure_class"] == "compile_error"
+    assert doc["matches"][0]["failure_class"] == "compile_error"
+
+
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        "      nvcc fatal   : Unsupported gpu architecture 'compute_100a'",
+        "ptxas /tmp/tmpq1.ptx, line 5; fatal   : Unsupported .version 8.8; current version is '8.4'",
+    ],
+)
+def test_the_toolchain_refusing_the_arch_is_a_compile_error(fatal: str, tmp_path: Path):
+    log = tmp_path / "build.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/torch/utils/cpp_extension.py", line 2104, in _run_ninja_build\n'
+        "    subprocess.run(command, check=True)\n"
+        f"{fatal}\n"
+        "RuntimeError: Error building extension 'fused_kernels'\n"
+    )
+    assert analyze_paths([log])["failure_class"] == "compile_error"
+
+
+def test_a_kernel_that_refuses_the_gpu_it_runs_on_stays_arch_unsupported(tmp_path: Path):
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.12/site-packages/vllm/worker/model_runner.py", line 88, in forward\n'
+        "    out = ops.fused_kernel(x)\n"
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    )
+    assert analyze_paths([log])["failure_class"] == "arch_unsupported_kernel"
 
 
 @pytest.mark.parametrize("log", EVERY_LOG, ids=lambda p: p.name)
@@ -268,3 +299,69 @@ def test_a_pd_kv_transfer_failure_while_serving_is_a_transfer_error_and_the_serv
     assert doc["failure_class"] == "nccl_error"
     assert doc["matches"][0]["id"] == "pd-kv-transfer-failed"
     assert doc["outcome"] == "serving"
+
+
+WAIT_REPORT = (
+    "(EngineCore_DP0 pid=410) WARNING 03-11 09:12:40 [shm_broadcast.py:542] No available shared memory broadcast "
+    "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
+    "time-consuming work (e.g. compilation, weight/kv cache quantization).\n"
+)
+
+
+def test_a_log_that_ends_on_wait_reports_and_status_polls_is_a_hang(tmp_path: Path):
+    log = tmp_path / "hang.log"
+    poll = '(APIServer pid=77) INFO:     10.1.0.4:40122 - "GET /v1/models HTTP/1.1" 200 OK\n'
+    log.write_text(WAIT_REPORT + poll * 3 + WAIT_REPORT.replace("09:12:40", "09:13:40") + poll)
+    assert analyze_paths([log])["failure_class"] == "timeout_hang"
+
+
+def test_a_wait_report_during_a_slow_warmup_that_goes_on_is_not_a_failure(tmp_path: Path):
+    log = tmp_path / "warmup.log"
+    log.write_text(
+        WAIT_REPORT
+        + "(Worker_TP0 pid=419) INFO 03-11 09:12:48 [monitor.py:81] Initial profiling/warmup run took 68.1 s\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == "none"
+    assert not any(m["failure_class"] == "timeout_hang" for m in doc["matches"])
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[2026-02-01 11:04:10] Health check failed. Server couldn't get a response from detokenizer for last 60 "
+        "seconds. tic start time: 11:03:10. last_heartbeat time: 10:51:02",
+        "proxy: unable to start process: health check timed out after 120s",
+        '2026-01-09 08:00:01  ERROR smg::server: Timeout 600s waiting for workers ["http://10.0.0.3:30000"] to '
+        "become healthy. Please set --router-worker-startup-timeout-secs to a larger value",
+    ],
+)
+def test_a_liveness_check_that_gave_up_is_a_hang_without_any_traceback(line: str, tmp_path: Path):
+    log = tmp_path / "stall.log"
+    log.write_text(line + "\n")
+    assert analyze_paths([log])["failure_class"] == "timeout_hang"
+
+
+def test_one_chat_request_failing_in_the_openai_handler_is_not_a_crash(tmp_path: Path):
+    log = tmp_path / "request.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/entrypoints/openai/serving_base.py", line 45, in handle_request\n'
+        "    return await self._handle_non_streaming_request(\n"
+        '  File "/sgl/python/sglang/srt/entrypoints/openai/serving_chat.py", line 812, in _build_chat_response\n'
+        "    raise ValueError(\n"
+        "ValueError: Expected 2 output messages (reasoning and final), but got 1.\n"
+    )
+    doc = analyze_paths([log])
+    assert doc["failure_class"] == "none"
+    assert doc["outcome"] != "crashed"
+
+
+def test_nvshmem_failing_to_connect_its_transport_is_a_collective_failure(tmp_path: Path):
+    log = tmp_path / "nvshmem.log"
+    log.write_text(
+        "/opt/nvshmem/src/host/transport/transport.cpp:412: non-zero status: 7\n"
+        "nvshmem setup connections failed\n"
+        "/opt/nvshmem/src/host/init/init.cu:1010: non-zero status: 7\n"
+    )
+    assert analyze_paths([log])["failure_class"] == "nccl_error"

@@ -55,6 +55,8 @@ _ERROR_KINDS = (
     "died_init",
     "subproc_crash",
     "watchdog",
+    "stall",
+    "waiting",
     "killed",
     "signal",
     "exit_code",
@@ -73,6 +75,7 @@ _NOT_FATAL_KINDS = {
     "vllm_engine_failed",
     "exception",
     "request_error",
+    "waiting",  # fatal only when the log ends on it (see _waiting_at_end)
 }
 # A request that failed while the server went on serving: the OpenAI handlers log it, the client gets a 4xx.
 _REQUEST_LOGGER = re.compile(
@@ -82,7 +85,9 @@ _REQUEST_LOGGER = re.compile(
 _REQUEST_FRAME = re.compile(
     r"^(?:create_chat_completion|create_completion|_preprocess_chat|_preprocess_completion|generate_request|"
     r"handle_generate_request|v1_chat_completions|v1_completions|openai_v1_\w+|_handle_batch_request|"
-    r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses)$"
+    r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses|"
+    # SGLang's OpenAI serving base (entrypoints/openai/serving_base.py): one request's handler
+    r"_handle_non_streaming_request|_handle_streaming_request|_build_chat_response)$"
 )
 _REQUEST_TEXT_RULE = (
     r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
@@ -93,7 +98,16 @@ _AFTER_STOP_KINDS = {"killed", "signal", "exit_code", "subproc_crash", "died_ini
 _ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", "oom"})
 # a GPU that faulted, and the stall reports that a fault makes other ranks print while they wait for it
 _HARD_FAULT_KINDS = frozenset({"cuda_error", "device_assert"})
-_STALL_KINDS = frozenset({"watchdog"})
+_STALL_KINDS = frozenset({"watchdog", "stall", "waiting"})
+# a process reporting that it is still waiting for its peers: a hang when nothing else follows (vLLM's and
+# SGLang's shared-memory broadcast ring, a router polling workers that do not answer)
+_WAITING_RULE = r"No available (?:shared memory broadcast )?block found in \d+ seconds?|health check is pending with error"
+_WAITING = re.compile(_WAITING_RULE)
+# What a log may go on printing while its engine hangs: access-log answers (status polls, health probes)
+# and the wait reports themselves. Anything else after the last wait report is progress.
+_IDLE_LINE = re.compile(
+    r"\"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \S+ HTTP/\d(?:\.\d)?\" \d{3}\b|^\s*$|\[\.\.\. not retrieved \.\.\.\]"
+)
 _FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
 _NCCL_CHATTER = re.compile(r"NCCL (?:WARN|INFO)")
 
@@ -156,6 +170,15 @@ class Failures:
         "subproc_crash": r"^Subprocess (?P<name>\S+) \(pid=(?P<pid>\d+)\) crashed with exit code (?P<code>-?\d+)",
         "init_failed": r"Initialization failed\. (?:Please see the error messages above\.|warmup error: )",
         "watchdog": r"(?:\w+ )?[Ww]atchdog timeout \(self\.watchdog_timeout=|Watchdog caught collective operation timeout",
+        # a liveness check that gave up on a process: a server's health check or heartbeat, a router or a
+        # proxy waiting for its workers (SGLang http_server, sglang_router, llama-swap-like proxies, torch c10d)
+        "stall": (
+            r"Health check failed\. Server couldn't get a response from \w+|"
+            r"[Hh]ealth ?check (?:failed|timed out) after \d+(?:\.\d+)? ?(?:s|ms|seconds?)\b|"
+            r"Timeout \d+s waiting for workers? .{0,200}to become healthy|"
+            r"Heartbeat monitor timed out!|watchdog got stuck for \d+ seconds without making progress"
+        ),
+        "waiting": _WAITING_RULE,
         "cg_failed": r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (?P<inner>.*)$",
         "cuda_error": (
             r"CUDA error: (?P<what>[^\n]*)|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|HIP error: (?P<hip>.*)|"
@@ -167,7 +190,10 @@ class Failures:
             r"unspecified launch failure|invalid device function|out of memory)"
         ),
         "device_assert": r"device-side assert|Assertion `.*` failed|^Assertion failed: |Assertion failed\.",
-        "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError",
+        "nccl_error": r"NCCL (?:error|WARN)|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError|ProcessGroupNCCL.*(?:[Tt]imeout|error)|DistBackendError|"
+        # NVSHMEM (DeepEP's transport between GPUs and nodes) failing to set up or used before it did
+        r"nvshmem setup connections failed|NVSHMEM API called before NVSHMEM initialization|"
+        r"nvshmem/src/\S+:\d+: non-zero status",
         "oom": (
             r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|Not enough memory\. Please try to increase|"
             r"insufficient GPU memory|No available memory for the cache blocks"
@@ -226,7 +252,25 @@ class Failures:
     def finish(self) -> None:
         for key in list(self.open):
             self._close(key)
+        self._waiting_at_end()
         self._fault_after_stall()
+
+    def _waiting_at_end(self) -> None:
+        """Wait reports ("no shared-memory block for 60 s", "worker health check pending") also come from a
+        slow compile or warmup that then goes on; a log that ends on them, with nothing but the reports and
+        access-log answers after the last one, shows a process that stopped making progress."""
+        obs = self.obs
+        waiting = [e for e in obs.errors.values() if e.kind == "waiting"]
+        if not waiting or obs.tracebacks or obs.stop_line is not None:
+            return
+        tail = obs.tail.decode("utf-8", errors="replace").splitlines()
+        last = max((i for i, raw in enumerate(tail) if _WAITING.search(raw)), default=-1)
+        if not all(_IDLE_LINE.search(raw) for raw in tail[last + 1 :]):
+            return
+        for entry in waiting:
+            entry.fatal = True
+            obs.fatal_lines.append(FatalLine(entry.line, entry.rank, entry.kind, entry.text))
+        obs.fatal_lines.sort(key=lambda f: f.line)
 
     def _fault_after_stall(self) -> None:
         """A watchdog that fired before a hard GPU fault reported the stall the fault caused: the fault is
