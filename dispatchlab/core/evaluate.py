@@ -13,6 +13,10 @@ The learned fallback is held out the same way: each case is diagnosed by a model
 cases of its thread (`fallback.Counts`: naive Bayes, a subtraction of counts), on all labelled folders of the
 evaluation. Its temperature and thresholds are fitted once on these out-of-fold predictions (three numbers).
 
+Every case's `class_confidence` is then mapped by a calibration (`fallback.fit_calibration`, one isotonic map
+per kind of decision) fitted on the out-of-fold decisions of the other threads only; `dispatchlab kb train`
+fits the shipped maps on all of them (`out_of_fold_decisions`).
+
 The figure is then what the knowledge base does for a log that no signature was modelled on."""
 
 from __future__ import annotations
