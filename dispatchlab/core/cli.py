@@ -107,9 +107,12 @@ def cmd_kb_test(args: argparse.Namespace) -> int:
 def cmd_kb_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from dispatchlab.core.evaluate import out_of_fold_decisions
     from dispatchlab.core.fallback import (
         DEFAULT_TRAINING_DIRS,
         MODEL_PATH,
+        calibration_json,
+        fit_calibration,
         labelled_examples,
         train,
         write_model,
@@ -118,6 +121,8 @@ def cmd_kb_train(args: argparse.Namespace) -> int:
     directories = [Path(d) for d in args.directories] or list(DEFAULT_TRAINING_DIRS)
     out = Path(args.out) if args.out else MODEL_PATH
     data = train(labelled_examples(directories))
+    # every kind of decision's confidence, mapped to how often such decisions were right leave-one-source-out
+    data["calibration"] = calibration_json(fit_calibration(out_of_fold_decisions(directories)))
     write_model(data, out)
     print(
         f"{out}: {data['trained_on']} cases, {len(data['weights'])} tokens, temperature {data['temperature']}, "

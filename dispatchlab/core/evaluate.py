@@ -13,6 +13,10 @@ The learned fallback is held out the same way: each case is diagnosed by a model
 cases of its thread (`fallback.Counts`: naive Bayes, a subtraction of counts), on all labelled folders of the
 evaluation. Its temperature and thresholds are fitted once on these out-of-fold predictions (three numbers).
 
+Every case's `class_confidence` is then mapped by a calibration (`fallback.fit_calibration`, one isotonic map
+per kind of decision) fitted on the out-of-fold decisions of the other threads only; `dispatchlab kb train`
+fits the shipped maps on all of them (`out_of_fold_decisions`).
+
 The figure is then what the knowledge base does for a log that no signature was modelled on."""
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dispatchlab.core.fallback import Model
+from dispatchlab.core.fallback import (
+    DECISION_KINDS,
+    Calibrator,
+    Decision,
+    Model,
+    decision_kind,
+    fit_calibration,
+)
 from dispatchlab.core.matching import analyze_sources
 from dispatchlab.core.reading import LogReadError, open_sources
 from dispatchlab.core.signatures import FAILURE_CLASSES, KnowledgeBase, Signature, load_knowledge_base
@@ -55,10 +66,13 @@ def _run_case(
     log: Path, label: dict[str, Any], kb: KnowledgeBase, model: Callable[[], Model | None] | None = None
 ) -> dict[str, Any]:
     confidence: float | None = None
-    class_source = "rules"
+    class_source, kind = "rules", "rules"
     try:
         doc = analyze_sources(open_sources([log]), kb=kb, model=model)
         confidence, class_source = doc["class_confidence"], doc["class_source"]
+        kind = decision_kind(
+            class_source, doc["failure_class_source"], doc["failure_class"], doc["low_confidence"]
+        )
         predicted = doc["failure_class"]
         facts = {
             "server": doc["server"] if doc["server"] != "unknown" else (doc.get("engine") or "unknown"),
@@ -80,6 +94,7 @@ def _run_case(
         "top_match": top,
         "confidence": confidence,
         "class_source": class_source,
+        "kind": kind,
         "fields": {f: {"expected": label.get(f), "predicted": facts.get(f)} for f in FIELDS},
     }
 
@@ -105,10 +120,39 @@ def signature_from_case(signature: Signature, source: str, case_lines: set[str])
 
 
 def evaluate_leave_one_source_out(directories: list[str | Path]) -> dict[str, Any]:
-    from dispatchlab.core import fallback
-
     folders = [Path(d) for d in directories]
     folders += [d for d in FIXTURE_DIRS if d.is_dir() and d.resolve() not in {f.resolve() for f in folders}]
+    cases = out_of_fold_cases(folders)
+    decisions = [_decision(c) for c in cases]
+    # each case's confidence is mapped by a calibration fitted without its own thread's decisions
+    maps: dict[str, dict[str, Calibrator]] = {}
+    for case in cases:
+        thread = case["thread"]
+        if thread not in maps:
+            maps[thread] = fit_calibration(d for d in decisions if d.thread != thread and d.kind != "")
+        calibrator = maps[thread].get(case["kind"])
+        case["raw_confidence"] = case["confidence"]
+        if calibrator is not None:
+            case["confidence"] = calibrator(1.0 if case["confidence"] is None else case["confidence"])
+    return {**score(cases), "folders": [str(f) for f in folders], **_similar_hit_rate(folders)}
+
+
+def out_of_fold_decisions(folders: list[Path]) -> list[Decision]:
+    """Every scored labelled case's decision, diagnosed without its thread's signatures and model counts:
+    what `dispatchlab kb train` fits the calibration on."""
+    return [d for d in map(_decision, out_of_fold_cases(folders)) if d.kind]
+
+
+def _decision(case: dict[str, Any]) -> Decision:
+    # an unscored case's label is not its log's: it neither fits nor tests the calibration (kind "")
+    kind = case["kind"] if case["scored"] else ""
+    return Decision(case["thread"], kind, case["confidence"], bool(case["correct"]))
+
+
+def out_of_fold_cases(folders: list[Path]) -> list[dict[str, Any]]:
+    """Each labelled case of the folders diagnosed leave-one-source-out, with raw (uncalibrated) confidences."""
+    from dispatchlab.core import fallback
+
     kb = load_knowledge_base()
     examples = fallback.labelled_examples(folders)
     counts = fallback.Counts(sorted({e.label for e in examples}), examples)
@@ -136,8 +180,10 @@ def evaluate_leave_one_source_out(directories: list[str | Path]) -> dict[str, An
                 alarm_threshold=alarm,
             )
             case = _run_case(log, label, subsets[held_out], _fixed(fold))
-            cases.append({**case, "case": f"{folder.name}/{log.stem}", "held_out": sorted(held_out)})
-    return {**score(cases), "folders": [str(f) for f in folders], **_similar_hit_rate(folders)}
+            cases.append(
+                {**case, "case": f"{folder.name}/{log.stem}", "held_out": sorted(held_out), "thread": thread}
+            )
+    return cases
 
 
 def _fixed(model: Model) -> Callable[[], Model]:
@@ -216,6 +262,11 @@ def score(cases: list[dict[str, Any]]) -> dict[str, Any]:
         "fields": field_accuracy,
         "calibration": calibration(cases),
         "model_calibration": calibration([c for c in cases if c.get("class_source") == "model"]),
+        "calibration_by_kind": {
+            kind: calibration([c for c in cases if c.get("kind") == kind])
+            for kind in DECISION_KINDS
+            if any(c.get("kind") == kind and c["scored"] for c in cases)
+        },
     }
 
 
@@ -260,6 +311,17 @@ def render_evaluation(result: dict[str, Any]) -> str:
     out.append(
         f"expected calibration error of the learned fallback's {decided} decisions: {model_cal['ece']:.3f}"
     )
+    out.append("")
+    out.append("calibration per kind of decision (ECE over 10 bins; gap: |mean - accuracy| of the kind):")
+    out.append(f"{'decided by':<14} {'count':>6} {'mean':>6} {'accuracy':>9} {'ECE':>6} {'gap':>6}")
+    for kind, cal_kind in result.get("calibration_by_kind", {}).items():
+        rows = [r for r in cal_kind["bins"] if r["count"]]
+        n = sum(r["count"] for r in rows)
+        mean = sum(r["count"] * r["confidence"] for r in rows) / (n or 1)
+        acc = sum(r["count"] * r["accuracy"] for r in rows) / (n or 1)
+        out.append(
+            f"{kind:<14} {n:>6} {mean:>6.2f} {acc:>9.2f} {cal_kind['ece']:>6.3f} {abs(mean - acc):>6.3f}"
+        )
     if "similar" in result:
         hit = result["similar"]
         out.append(f"similar incidents: top-3 class hit rate {hit['hits']}/{hit['total']}")

@@ -11,13 +11,14 @@ Training (`dispatchlab kb train`) is deterministic: same labelled data, byte-ide
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -59,11 +60,13 @@ _STOP = frozenset(
         "be",
         "it",
         "as",
-        "not",
         "are",
         "was",
     ]
 )
+
+
+_NEGATIONS = frozenset(["not"])
 
 
 def _words(text: str) -> list[str]:
@@ -77,7 +80,8 @@ def _words(text: str) -> list[str]:
 def _text_tokens(prefix: str, texts: Iterable[str], into: set[str]) -> None:
     for text in texts:
         words = _words(text[:600])
-        into.update(f"{prefix}{w}" for w in words)
+        # "not" alone says nothing; before a word it turns it round ("not found", "not supported")
+        into.update(f"{prefix}{w}" for w in words if w not in _NEGATIONS)
         into.update(f"{prefix}{a}_{b}" for a, b in itertools.pairwise(words))
 
 
@@ -148,6 +152,34 @@ class Guess:
 
 
 @dataclass(frozen=True)
+class Calibrator:
+    """A monotone step map from a decision's raw score to the share of such decisions that were right."""
+
+    at: tuple[float, ...]  # the lowest raw score of each step, increasing
+    p: tuple[float, ...]  # each step's calibrated probability, non-decreasing
+
+    def __call__(self, raw: float) -> float:
+        step = bisect.bisect_right(self.at, raw) - 1
+        return self.p[max(step, 0)]
+
+
+# what decided the class, as calibrated: each kind of decision has its own map from raw score to probability
+DECISION_KINDS = ("signature", "exception", "warning", "model", "model_unsure", "rules", "none")
+
+
+def decision_kind(
+    class_source: str, failure_class_source: str, failure_class: str, low_confidence: bool
+) -> str:
+    if class_source in ("signature", "exception"):
+        return class_source
+    if class_source == "model":
+        return "model_unsure" if low_confidence else "model"
+    if failure_class_source == "warning":
+        return "warning"
+    return "none" if failure_class == "none" else "rules"
+
+
+@dataclass(frozen=True)
 class Model:
     classes: tuple[str, ...]
     prior: tuple[float, ...]  # log prior per class
@@ -155,6 +187,15 @@ class Model:
     temperature: float
     threshold: float  # below it the class is `other`, low confidence
     alarm_threshold: float  # a log the rules call `none` gets a failure class only above it
+    calibration: dict[str, Calibrator] = field(default_factory=dict)  # decision kind -> its map
+
+    def calibrated(self, kind: str, raw: float | None) -> float | None:
+        """The probability that a decision of this kind with this raw score is right; the raw score when
+        the model carries no map for the kind. A decision without a score (the rules' own class) reads as 1."""
+        calibrator = self.calibration.get(kind)
+        if calibrator is None:
+            return raw
+        return calibrator(1.0 if raw is None else raw)
 
     def predict(self, tokens: Sequence[str]) -> list[Guess]:
         """Every class with its calibrated probability, most likely first."""
@@ -174,6 +215,10 @@ class Model:
             temperature=float(data["temperature"]),
             threshold=float(data["threshold"]),
             alarm_threshold=float(data["alarm_threshold"]),
+            calibration={
+                kind: Calibrator(tuple(m["at"]), tuple(m["p"]))
+                for kind, m in data.get("calibration", {}).items()
+            },
         )
 
 
@@ -318,6 +363,11 @@ def fallback_class(parsed: ParsedLog, rules_class: str, model: Model) -> Fallbac
     return FallbackClass("other", round(top.probability, 3), True, _rounded(failing))
 
 
+def none_probability(parsed: ParsedLog, model: Model) -> float:
+    """The model's probability that nothing failed: the raw score of a `none` that the rules kept."""
+    return round(next(g.probability for g in model.predict(features(parsed)) if g.failure_class == "none"), 3)
+
+
 def _rounded(guesses: Sequence[Guess]) -> list[Guess]:
     return [Guess(g.failure_class, round(g.probability, 3)) for g in guesses[:3]]
 
@@ -361,20 +411,21 @@ def _failing(guesses: Sequence[Guess]) -> list[Guess]:
 def choose_thresholds(
     classes: Sequence[str], scored: Sequence[tuple[Example, list[float]]], temperature: float
 ) -> tuple[float, float]:
-    """On out-of-fold predictions: the threshold with the best accuracy on failed logs (the highest of equals:
-    when unsure, say so), and the lowest alarm threshold no clean log reaches."""
+    """On out-of-fold predictions: the threshold with the best accuracy on failed logs (the highest of nearly
+    equals: when unsure, say so), and the lowest alarm threshold no clean log reaches."""
     predicted = [(e, _softmax(classes, s, temperature)) for e, s in scored]
     failed = [(e, _failing(g)[0]) for e, g in predicted if e.label != "none"]
-    # answer a class where it is more often right than wrong; below, `other` with low confidence is more honest
-    best, best_utility = 0.0, -math.inf
+    # answer a class where it is more often right than wrong; below, `other` with low confidence is more honest.
+    # The utility is flat near its top; within 1% of the failed logs of the best, the highest threshold wins
+    utilities: list[tuple[float, int]] = []
     for step in range(0, 19):
         t = round(step * 0.05, 2)
         right = sum(1 for e, top in failed if top.probability >= t and top.failure_class == e.label)
         wrong = sum(1 for e, top in failed if top.probability >= t and top.failure_class != e.label)
         unsure = sum(1 for e, top in failed if top.probability < t and e.label == "other")
-        utility = right + unsure - wrong
-        if utility >= best_utility:
-            best, best_utility = t, utility
+        utilities.append((t, right + unsure - wrong))
+    near = max(u for _, u in utilities) - 0.01 * len(failed)
+    best = max(t for t, u in utilities if u >= near)
     clean = [
         g[0].probability
         for e, g in predicted
@@ -382,6 +433,63 @@ def choose_thresholds(
     ]
     alarm = max([0.5, *(math.ceil(p * 100) / 100 + 0.01 for p in clean)])
     return best, min(alarm, 1.01)
+
+
+# ---------------------------------------------------------------- calibration of every decision
+SHRINK = 2.0  # pseudo-decisions at the prior in each step and kind: three right of three is not 100%
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One labelled case as leave-one-source-out diagnosed it: what decided, its raw score, whether right."""
+
+    thread: str
+    kind: str
+    raw: float | None
+    correct: bool
+
+
+def _pool(steps: list[list[float]]) -> list[list[float]]:
+    """Pool adjacent violators: steps [lowest raw, value, weight] whose values increase (equal ones pooled)."""
+    pooled: list[list[float]] = []
+    for step in steps:
+        pooled.append(list(step))
+        while len(pooled) > 1 and pooled[-2][1] >= pooled[-1][1]:
+            top = pooled.pop()
+            low = pooled[-1]
+            weight = low[2] + top[2]
+            low[1], low[2] = (low[1] * low[2] + top[1] * top[2]) / weight, weight
+    return pooled
+
+
+def fit_calibrator(points: Sequence[tuple[float, bool]], prior: float) -> Calibrator:
+    """Isotonic regression of right-or-wrong on the raw score, each step shrunk towards the kind's accuracy
+    (itself shrunk towards the prior, the accuracy of all decisions)."""
+    accuracy = (sum(1 for _, right in points if right) + SHRINK * prior) / (len(points) + SHRINK)
+    steps: list[list[float]] = []
+    for raw, right in sorted(points):
+        if steps and steps[-1][0] == raw:
+            steps[-1][1] += right
+            steps[-1][2] += 1
+        else:
+            steps.append([raw, float(right), 1.0])
+    pooled = _pool([[raw, right / n, n] for raw, right, n in steps])
+    shrunk = _pool([[raw, (p * n + SHRINK * accuracy) / (n + SHRINK), n + SHRINK] for raw, p, n in pooled])
+    return Calibrator(tuple(round(s[0], 4) for s in shrunk), tuple(round(s[1], 3) for s in shrunk))
+
+
+def fit_calibration(decisions: Iterable[Decision]) -> dict[str, Calibrator]:
+    """A calibrator per kind of decision, from out-of-fold decisions (a decision without a score reads as 1)."""
+    points: dict[str, list[tuple[float, bool]]] = {}
+    for d in decisions:
+        points.setdefault(d.kind, []).append((1.0 if d.raw is None else d.raw, d.correct))
+    every = [right for kind in points.values() for _, right in kind]
+    prior = sum(every) / (len(every) or 1)
+    return {kind: fit_calibrator(points[kind], prior) for kind in sorted(points)}
+
+
+def calibration_json(calibration: dict[str, Calibrator]) -> dict[str, Any]:
+    return {kind: {"at": list(c.at), "p": list(c.p)} for kind, c in sorted(calibration.items())}
 
 
 def train(examples: Sequence[Example]) -> dict[str, Any]:
@@ -399,6 +507,7 @@ def train(examples: Sequence[Example]) -> dict[str, Any]:
         "temperature": temperature,
         "threshold": threshold,
         "alarm_threshold": alarm,
+        "calibration": {},  # filled by `kb train` from leave-one-source-out diagnoses (evaluate.py)
         "weights": {t: [round(w, 3) for w in row] for t, row in sorted(model.weights.items())},
     }
 

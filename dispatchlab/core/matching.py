@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
-from dispatchlab.core.fallback import FallbackClass, Model, fallback_class, load_model
+from dispatchlab.core.fallback import (
+    FallbackClass,
+    Model,
+    decision_kind,
+    fallback_class,
+    load_model,
+    none_probability,
+)
 from dispatchlab.core.flags import flags_for_server
 from dispatchlab.core.inference import classify, fingerprint
 from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
@@ -305,9 +312,14 @@ def diagnose(
     4. else the learned fallback (`fallback.py`, `model` gives it; the shipped one by default), read only
        now: a class above its threshold, or `other` with low confidence and its best guesses; on a log the
        rules call `none`, only a class above its alarm threshold;
-    5. without a model: `other` for a failure nothing explains, else `none`."""
+    5. without a model: `other` for a failure nothing explains, else `none`.
+
+    Whatever decided, `class_confidence` is then the decision's raw score (the signature's or card's
+    confidence, the warning's, the model's probability, the model's probability of `none`) mapped by the
+    model file's calibration for that kind of decision: the share of such decisions that were right."""
     matches = match_signatures(parsed, parsed.pattern_hits, kb)
     failures = [m for m in matches if m.level == "failure"]
+    learned = (model or load_model)()
     decided: FallbackClass | None = None
     confidence: float | None = None
     if failures:
@@ -326,9 +338,8 @@ def diagnose(
             # log is the best lead (a warning never makes a clean log look failed: the class would be "none").
             warning = next((m for m in matches if m.level == "warning"), None)
             if failure_class == "other" and warning is not None:
-                failure_class, source = warning.failure_class, "warning"
+                failure_class, source, confidence = warning.failure_class, "warning", warning.confidence
             else:
-                learned = (model or load_model)()
                 if learned is not None and failure_class in FALLBACK_FOR:
                     decided = fallback_class(parsed, failure_class, learned)
                 if decided is not None:
@@ -337,6 +348,12 @@ def diagnose(
                         "model",
                         decided.confidence,
                     )
+    low_confidence = decided.low_confidence if decided else False
+    if learned is not None:
+        kind = decision_kind(class_source, source, failure_class, low_confidence)
+        if kind == "none":
+            confidence = none_probability(parsed, learned)
+        confidence = learned.calibrated(kind, confidence)
     print_ = fingerprint(parsed, failure_class, failures[0].id if failures else None)
     if failures and parsed.crash is None and parsed.outcome == "incomplete":
         _crash_from_signature(parsed, failures[0])
@@ -349,7 +366,7 @@ def diagnose(
         kb.digest,
         class_source=class_source,
         class_confidence=confidence,
-        low_confidence=decided.low_confidence if decided else False,
+        low_confidence=low_confidence,
         best_guesses=[(g.failure_class, g.probability) for g in decided.best_guesses] if decided else [],
     )
 
