@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
 from dispatchlab.core.fallback import (
+    SERVING,
     FallbackClass,
     Model,
     decision_kind,
     fallback_class,
+    features,
     load_model,
     none_probability,
 )
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 Hits = dict[int, list[PatternHit]]
 # the rules' classes the learned fallback may replace: nothing explained the failure, or nothing failed
 FALLBACK_FOR = ("other", "none", "cuda_graph_capture_failure")
+
+# a `none` less likely right than this, on a log that never shows the server answering, is flagged low-confidence
+DOUBTFUL_NONE = 0.5
 
 
 # ---------------------------------------------------------------- facts
@@ -349,11 +354,24 @@ def diagnose(
                         decided.confidence,
                     )
     low_confidence = decided.low_confidence if decided else False
+    best_guesses = [(g.failure_class, g.probability) for g in decided.best_guesses] if decided else []
     if learned is not None:
         kind = decision_kind(class_source, source, failure_class, low_confidence)
         if kind == "none":
             confidence = none_probability(parsed, learned)
         confidence = learned.calibrated(kind, confidence)
+        if (
+            kind == "none"
+            and confidence is not None
+            and confidence < DOUBTFUL_NONE
+            and parsed.outcome not in SERVING
+        ):
+            # "nothing failed" said of a log that never shows the server answering, which such verdicts
+            # often get wrong: it stays `none` (no false alarm) but says so, with what else it may be
+            low_confidence = True
+            best_guesses = [
+                (g.failure_class, round(g.probability, 3)) for g in learned.predict(features(parsed))[:3]
+            ]
     print_ = fingerprint(parsed, failure_class, failures[0].id if failures else None)
     if failures and parsed.crash is None and parsed.outcome == "incomplete":
         _crash_from_signature(parsed, failures[0])
@@ -367,7 +385,7 @@ def diagnose(
         class_source=class_source,
         class_confidence=confidence,
         low_confidence=low_confidence,
-        best_guesses=[(g.failure_class, g.probability) for g in decided.best_guesses] if decided else [],
+        best_guesses=best_guesses,
     )
 
 
@@ -401,8 +419,11 @@ def analyze_sources(
     model: Callable[[], Model | None] | None = None,
 ) -> dict[str, Any]:
     """The `match` document of docs/contract.md."""
-    from dispatchlab.core.similar import similar_document
-
     document = diagnose_sources(sources, progress=progress, kb=kb, index=index, model=model).to_dict()
-    document["similar"] = similar_document(document)
+    if document.get("failure_class") in (None, "none"):
+        document["similar"] = {"cases": [], "groups": []}  # a clean log has nothing to compare
+    else:
+        from dispatchlab.core.similar import similar_document
+
+        document["similar"] = similar_document(document)
     return document

@@ -65,6 +65,19 @@ def test_a_clean_log_stays_none_even_with_a_model_sure_it_failed():
     assert diagnosis.failure_class == "none"
 
 
+def test_a_doubtful_none_on_a_log_that_never_served_says_so_with_its_best_guesses(tmp_path: Path):
+    log = tmp_path / "cut.log"
+    log.write_text("[2026-01-01 00:00:00] Load weight begin. avail mem=78.50 GB\n")
+    doc = _diagnose(log, _certain("cuda_error")).to_dict()
+    assert (doc["failure_class"], doc["low_confidence"]) == ("none", True)
+    assert doc["best_guesses"][0]["class"] == "cuda_error"
+
+
+def test_a_serving_log_is_not_doubted_whatever_the_model_thinks():
+    doc = _diagnose(LOGS / "sglang_h100_serving.log", _certain("cuda_error")).to_dict()
+    assert (doc["failure_class"], doc["low_confidence"], doc["best_guesses"]) == ("none", False, [])
+
+
 def test_the_shipped_model_raises_no_false_alarm_on_the_clean_labelled_logs():
     assert load_model() is not None
     labels = {log: json.loads(log.with_suffix(".json").read_text()) for log in sorted(CASES.glob("*.log"))}
