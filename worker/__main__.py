@@ -1,8 +1,11 @@
 """`python -m worker`: the GPU worker's command line.
 
     python -m worker                          the inventory, for people
-    python -m worker inventory [--json]       GPUs, links, driver, package versions, queues
+    python -m worker inventory [--json] [--out FILE]
+                                              GPUs, links, driver, package versions, queues, and
+                                              whether FlashInfer's downloaded kernels are here
     python -m worker probe [NAME...] [--json] [--component C] [--model-shapes JSON] [--jit-timeout S]
+                           [--perturb] [--out FILE]
     python -m worker probe allreduce [--json] the NCCL all-reduce over every GPU (only when named, or
                                               with --component comm)
     python -m worker probe --list             the probes there are
@@ -10,6 +13,8 @@
 
 Both commands exit 0 also on a host without a GPU (the output says why nothing ran); 2 on usage errors.
 With --json, stdout holds exactly one JSON object: whatever a library prints while probing goes to stderr.
+--out FILE also writes that JSON object to FILE (with or without --json on stdout). probe --perturb is a
+control run: every checked output is pushed past the tolerance, so every checked probe must fail.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     inventory = commands.add_parser("inventory", help="what this host has: GPUs, links, versions")
     inventory.add_argument("--json", action="store_true", help="one JSON object")
+    inventory.add_argument("--out", metavar="FILE", help="also write the JSON object to FILE")
     probe = commands.add_parser("probe", help="run kernel probes on this host's GPU")
     probe.add_argument(
         "names",
@@ -70,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest a slow FlashInfer JIT build may take before the probe gives up (default {DEFAULT_JIT_TIMEOUT_S:g})",
     )
     probe.add_argument("--list", action="store_true", help="list the probes and exit")
+    probe.add_argument(
+        "--perturb",
+        action="store_true",
+        help="control run: push every checked output past the tolerance (each checked probe must then fail)",
+    )
+    probe.add_argument("--out", metavar="FILE", help="also write the JSON object to FILE")
     serve = commands.add_parser("serve", help="take confirm and probe jobs from the broker")
     serve.add_argument("--loglevel", default="INFO", help="Celery's log level")
     return parser
@@ -82,16 +94,21 @@ def main(argv: list[str] | None = None) -> int:
         return _probe(parser, args)
     if args.command == "serve":
         return _serve(loglevel=args.loglevel)
-    return _inventory(json_output=bool(getattr(args, "json", False)))
+    return _inventory(json_output=bool(getattr(args, "json", False)), out=getattr(args, "out", None))
 
 
-def _inventory(*, json_output: bool) -> int:
+def _inventory(*, json_output: bool, out: str | None = None) -> int:
     inventory = take_inventory()
-    if json_output:
-        print(json.dumps(inventory.to_dict(), indent=2))
-    else:
-        print("\n".join(summary_lines(inventory)))
+    text = json.dumps(inventory.to_dict(), indent=2)
+    _write_out(out, text)
+    print(text if json_output else "\n".join(summary_lines(inventory)))
     return 0
+
+
+def _write_out(path: str | None, text: str) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text + "\n", encoding="utf-8")
 
 
 def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -138,16 +155,27 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     model_shapes=shapes,
                     component=args.component,
                     jit_timeout_s=args.jit_timeout,
+                    artifacts=inventory.flashinfer_artifacts,
+                    perturb=args.perturb,
                 )
             if run_allreduce:
                 results.append(allreduce.run_allreduce(model_shapes=shapes, inventory=inventory))
     except ValueError as error:  # an unknown probe or shape, found before anything ran
         parser.error(str(error))
+    document: dict[str, Any] = {"host": inventory.to_dict(), "probes": [r.to_dict() for r in results]}
+    if args.perturb:
+        document["perturbed"] = True
+    text = json.dumps(document, indent=2)
+    _write_out(args.out, text)
     if args.json:
-        print(json.dumps({"host": inventory.to_dict(), "probes": [r.to_dict() for r in results]}, indent=2))
+        print(text)
         return 0
     gpus = ", ".join(f"{g.name} ({g.arch})" for g in inventory.gpus) or f"no GPU ({inventory.reason})"
     print(f"host {inventory.hostname}: {gpus}")
+    if inventory.flashinfer_artifacts is not None:
+        print(inventory.flashinfer_artifacts.summary())
+    if args.perturb:
+        print("control run (--perturb): every checked probe below must say INCORRECT_NUMERICAL")
     print("\n".join(table_lines(results)))
     for result in results:
         if result.name == allreduce.NAME and (lines := allreduce.size_table_lines(result)):

@@ -3,11 +3,19 @@
 Each probe runs one kernel the way an inference server would (cuBLAS GEMMs, scaled FP8/FP4 GEMMs, SDPA
 backends, a Triton JIT kernel, MoE grouped GEMMs, FlashInfer attention and fused MoE) and returns a
 `ProbeResult` shaped like a flashinfer-bench evaluation: a status (PASSED, INCORRECT_NUMERICAL,
-RUNTIME_ERROR, UNSUPPORTED_ARCH, COMPILE_ERROR, NOT_INSTALLED, SKIPPED, TIMEOUT), the first line of the
+UNCHECKED, RUNTIME_ERROR, UNSUPPORTED_ARCH, COMPILE_ERROR, MISSING_ARTIFACTS, NOT_INSTALLED, SKIPPED,
+TIMEOUT), the first line of the
 exception a refusing kernel raised, the max absolute and relative error against a torch reference
 (atol = rtol = 1e-2; an element fails only past both; 100% must match, 95% for MoE), the median latency
 over CUDA events after warm-ups (a short burst; a ~200 ms sustained run and the SM clocks in `extra`),
 TFLOP/s or GB/s, and the fraction of the datasheet peak (worker.peaks).
+
+PASSED means the output was compared with the reference and matched: a probe that ran to the end without
+comparing anything is UNCHECKED. A probe whose kernel FlashInfer downloads at first use (trtllm-gen) answers
+MISSING_ARTIFACTS at once, with the fix, where `worker.inventory.flashinfer_artifacts()` finds neither the
+cubins nor the download host, instead of waiting on FlashInfer's download retries. `perturb=True` (the
+CLI's --perturb) is a control run: every checked output is pushed past the tolerance before the
+comparison, so every checked probe must then say INCORRECT_NUMERICAL.
 
 A probe never raises. Without torch, a GPU, Triton or FlashInfer the probes say so (NOT_INSTALLED,
 SKIPPED); GPU memory is freed between probes; if one probe leaves the CUDA context broken (an illegal
@@ -39,6 +47,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from worker.inventory import ArtifactState, ArtifactStatus, flashinfer_artifacts
 from worker.peaks import peak_for
 
 DEFAULT_JIT_TIMEOUT_S = 240.0
@@ -62,8 +71,10 @@ ATOL = RTOL = 1e-2
 
 
 class ProbeStatus(StrEnum):
-    PASSED = "PASSED"
+    PASSED = "PASSED"  # compared with the reference, and within the tolerance
     INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    UNCHECKED = "UNCHECKED"  # ran, but its output was not compared with anything
+    MISSING_ARTIFACTS = "MISSING_ARTIFACTS"  # FlashInfer's downloaded kernels are not on this host
     RUNTIME_ERROR = "RUNTIME_ERROR"
     UNSUPPORTED_ARCH = "UNSUPPORTED_ARCH"
     COMPILE_ERROR = "COMPILE_ERROR"
@@ -72,7 +83,7 @@ class ProbeStatus(StrEnum):
     TIMEOUT = "TIMEOUT"
 
 
-RAN = frozenset({ProbeStatus.PASSED, ProbeStatus.INCORRECT_NUMERICAL})
+RAN = frozenset({ProbeStatus.PASSED, ProbeStatus.INCORRECT_NUMERICAL, ProbeStatus.UNCHECKED})
 
 
 class Component(StrEnum):
@@ -183,6 +194,8 @@ class _Context:
     shapes: ModelShapes = field(default_factory=ModelShapes)
     jit_timeout_s: float = DEFAULT_JIT_TIMEOUT_S
     modules: dict[str, Any] = field(default_factory=dict)
+    artifacts: ArtifactStatus | None = None  # FlashInfer's downloaded kernels, looked up when first needed
+    perturb: bool = False  # the control run: push every checked output past the tolerance
 
 
 ProbeFn = Callable[[_Context, ProbeResult], None]
@@ -198,6 +211,7 @@ class Probe:
     needs: str = "torch"  # "torch", "triton" or "flashinfer" (which also need torch)
     min_capability: tuple[int, int] | None = None  # below it, a failure is the arch's refusal
     capabilities: frozenset[tuple[int, int]] | None = None  # outside them, likewise
+    downloads: bool = False  # its kernels are cubins FlashInfer downloads at first use (trtllm-gen)
 
 
 # ---------------------------------------------------------------- timing and checking
@@ -248,9 +262,13 @@ def _measure(
     _rate(ctx, r, burst, flops=flops, nbytes=nbytes, metric=metric)
 
 
-def _check(r: ProbeResult, out: Any, ref: Any, *, required: float = 1.0) -> None:
-    """flashinfer-bench's rule: an element fails only past both atol and rtol * |ref|; NaN never passes."""
+def _check(r: ProbeResult, out: Any, ref: Any, *, required: float = 1.0, perturb: bool = False) -> None:
+    """flashinfer-bench's rule: an element fails only past both atol and rtol * |ref|; NaN never passes.
+    `perturb` moves every element by twice its tolerance first (the control run)."""
     got, want = out.float(), ref.float()
+    if perturb:
+        got = got + 2 * (ATOL + RTOL * want.abs())
+        r.extra["perturbed"] = "every element moved by 2 x (atol + rtol * |ref|) before the check"
     diff = (got - want).abs()
     finite = got.isfinite()
     within = (diff <= ATOL + RTOL * want.abs()) & finite
@@ -272,6 +290,10 @@ def _check(r: ProbeResult, out: Any, ref: Any, *, required: float = 1.0) -> None
             f"{(1 - r.matched_ratio) * 100:.2f}% of elements outside atol=rtol={ATOL:g}"
             f" (at most {(1 - required) * 100:g}% allowed); max abs error {r.max_error}"
         )
+
+
+def _check_ctx(ctx: _Context, r: ProbeResult, out: Any, ref: Any, *, required: float = 1.0) -> None:
+    _check(r, out, ref, required=required, perturb=ctx.perturb)
 
 
 def _rate(
@@ -311,7 +333,7 @@ def _gemm_bf16(ctx: _Context, r: ProbeResult) -> None:
     b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
     c = torch.empty(n, n, device=DEVICE, dtype=torch.bfloat16)
     torch.mm(a, b, out=c)
-    _check(r, c[:CHECK_ROWS], a[:CHECK_ROWS].float() @ b.float())
+    _check_ctx(ctx, r, c[:CHECK_ROWS], a[:CHECK_ROWS].float() @ b.float())
     _measure(ctx, r, lambda: torch.mm(a, b, out=c), flops=2.0 * n**3, metric="bf16")
 
 
@@ -331,7 +353,7 @@ def _gemm_fp8(fast_accum: bool) -> ProbeFn:
             )
 
         out = run()
-        _check(r, out[:CHECK_ROWS], (a[:CHECK_ROWS].float() @ b.float()) * 0.125)
+        _check_ctx(ctx, r, out[:CHECK_ROWS], (a[:CHECK_ROWS].float() @ b.float()) * 0.125)
         _measure(ctx, r, run, flops=2.0 * n**3, metric="fp8")
 
     return probe
@@ -402,8 +424,11 @@ def _gemm_fp4(recipe: str) -> ProbeFn:
                 return torch._scaled_mm(a, b, scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
 
         out = run()
-        _check(
-            r, out[:CHECK_ROWS], _fp4_values(torch, a_codes[:CHECK_ROWS]) @ _fp4_values(torch, b_codes).t()
+        _check_ctx(
+            ctx,
+            r,
+            out[:CHECK_ROWS],
+            _fp4_values(torch, a_codes[:CHECK_ROWS]) @ _fp4_values(torch, b_codes).t(),
         )
         _measure(ctx, r, run, flops=2.0 * n**3, metric="fp4")
 
@@ -420,6 +445,9 @@ def _memory_copy(ctx: _Context, r: ProbeResult) -> None:
     src = torch.randn(nbytes // 4, device=DEVICE)
     dst = torch.empty_like(src)
     dst.copy_(src)
+    if ctx.perturb:  # the control run: one wrong element must fail an exact copy
+        dst[0] += 1.0
+        r.extra["perturbed"] = "one element of the copy changed before the check"
     exact = bool(torch.equal(dst, src))  # a copy is exact; no float temporaries the size of the buffer
     r.checked, r.matched_ratio = True, 1.0 if exact else float((dst == src).float().mean().item())
     r.max_error = r.max_rel_error = 0.0 if exact else float((dst - src).abs().max().item())
@@ -454,7 +482,7 @@ def _sdpa(backend: str) -> ProbeFn:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
         out = run()
-        _check(r, out[0, :2], _attention_reference(torch, q[0, :2], k[0, :2], v[0, :2], causal=True))
+        _check_ctx(ctx, r, out[0, :2], _attention_reference(torch, q[0, :2], k[0, :2], v[0, :2], causal=True))
         del out
         _measure(ctx, r, run, flops=4.0 * b * h * s * s * d / 2, metric="bf16")
 
@@ -526,7 +554,7 @@ def _triton_matmul(ctx: _Context, r: ProbeResult) -> None:
         torch.cuda.synchronize()
         r.extra["compile_s"] = round(time.perf_counter() - start, 3)
         r.extra.update(_triton_target(triton, compiled))
-        _check(r, c[:CHECK_ROWS], a[:CHECK_ROWS].float() @ b.float())
+        _check_ctx(ctx, r, c[:CHECK_ROWS], a[:CHECK_ROWS].float() @ b.float())
         _measure(ctx, r, run, flops=2.0 * n**3, metric="bf16")
 
 
@@ -659,7 +687,7 @@ def _moe_grouped_mm(ctx: _Context, r: ProbeResult) -> None:
     if out is None:
         r.backend = "torch (per-expert loop)"
         run, out = run_loop, run_loop()
-    _check(r, out[:MOE_CHECK_TOKENS], _moe_reference(torch, m, MOE_CHECK_TOKENS), required=0.95)
+    _check_ctx(ctx, r, out[:MOE_CHECK_TOKENS], _moe_reference(torch, m, MOE_CHECK_TOKENS), required=0.95)
     _measure(ctx, r, run, flops=_moe_flops(s), metric="bf16")
     r.extra["weights_gbps"] = round(3 * s.num_experts * s.hidden_size * inter * 2 / (r.ms or 1.0) / 1e6, 1)
 
@@ -703,7 +731,7 @@ def _flashinfer_decode(ctx: _Context, r: ProbeResult) -> None:
     qg = q.float().view(hkv, group, d)
     probs = (torch.einsum("hgd,lhd->hgl", qg, k.float()) / math.sqrt(d)).softmax(dim=-1)
     ref = torch.einsum("hgl,lhd->hgd", probs, v.float()).reshape(hq, d)
-    _check(r, out, ref)
+    _check_ctx(ctx, r, out, ref)
     _measure(ctx, r, run, nbytes=float(k.numel() + v.numel() + 2 * q.numel()) * 2, metric="memory")
 
 
@@ -725,7 +753,7 @@ def _flashinfer_prefill(ctx: _Context, r: ProbeResult) -> None:
     ref = _attention_reference(
         torch, q[:, :heads].transpose(0, 1), k[:, :1].transpose(0, 1), v[:, :1].transpose(0, 1), causal=True
     )
-    _check(r, out[:, :heads].transpose(0, 1), ref)
+    _check_ctx(ctx, r, out[:, :heads].transpose(0, 1), ref)
     _measure(ctx, r, run, flops=4.0 * n * n * hq * d / 2, metric="bf16")
 
 
@@ -801,7 +829,7 @@ def _flashinfer_cutlass_moe(ctx: _Context, r: ProbeResult) -> None:
         )
 
     _first_call(ctx, r, run)
-    _check(r, out[:MOE_CHECK_TOKENS], _moe_reference(torch, m, MOE_CHECK_TOKENS), required=0.95)
+    _check_ctx(ctx, r, out[:MOE_CHECK_TOKENS], _moe_reference(torch, m, MOE_CHECK_TOKENS), required=0.95)
     _measure(ctx, r, run, flops=_moe_flops(s), metric="bf16")
 
 
@@ -868,7 +896,9 @@ def _flashinfer_trtllm_moe_fp4(ctx: _Context, r: ProbeResult) -> None:
 
     out = _first_call(ctx, r, run)
     result = out[0] if isinstance(out, list | tuple) else out
-    r.status = ProbeStatus.PASSED
+    # Random FP4 codes have no reference here: the kernel ran, nothing says its numbers are right.
+    r.status = ProbeStatus.UNCHECKED
+    r.error = "ran; output not compared with a reference (random MXFP4 codes), only checked finite"
     r.extra["finite"] = bool(result.float().isfinite().all().item())
     _measure(ctx, r, run, flops=_moe_flops(s), metric="fp4")
 
@@ -977,6 +1007,7 @@ PROBES: dict[str, Probe] = {
             _flashinfer_trtllm_moe_fp4,
             needs="flashinfer",
             capabilities=_SM100,
+            downloads=True,
         ),
     ]
 }
@@ -1024,21 +1055,28 @@ def run_probes(
     model_shapes: Mapping[str, Any] | None = None,
     component: str | None = None,
     jit_timeout_s: float = DEFAULT_JIT_TIMEOUT_S,
+    artifacts: ArtifactStatus | None = None,
+    perturb: bool = False,
 ) -> list[ProbeResult]:
     """Run the named probes (all when None), optionally only those of one component, in registry order.
-    Unknown names, components or shapes raise ValueError before anything runs; the probes never raise."""
+    Unknown names, components or shapes raise ValueError before anything runs; the probes never raise.
+    `artifacts` is the host's FlashInfer artifact status when already known (else looked up when a probe
+    needs it); `perturb` makes this a control run (see the module's docstring)."""
     selected = _select(names, component)
     shapes = ModelShapes.from_mapping(model_shapes)
     if not selected:
         return []
     ctx = _context(shapes, jit_timeout_s)
+    ctx.artifacts, ctx.perturb = artifacts, perturb
     results: list[ProbeResult] = []
     for index, name in enumerate(selected):
         result = _run_one(PROBES[name], ctx)
         results.append(result)
         broken = _context_broken(ctx)
         if broken and index + 1 < len(selected):
-            results += _run_rest_in_child(selected[index + 1 :], shapes, jit_timeout_s, name, broken)
+            results += _run_rest_in_child(
+                selected[index + 1 :], shapes, jit_timeout_s, name, broken, perturb=perturb
+            )
             break
     return results
 
@@ -1093,13 +1131,22 @@ def _run_one(probe: Probe, ctx: _Context) -> ProbeResult:
         hint = " (pip install flashinfer-python)" if probe.needs == "flashinfer" else ""
         r.error = f"{probe.needs} is not installed{hint}"
         return r
+    if probe.downloads:
+        if ctx.artifacts is None:
+            ctx.artifacts = flashinfer_artifacts()
+        r.extra["artifacts"] = str(ctx.artifacts.state)
+        if not ctx.artifacts.available and ctx.artifacts.state != ArtifactState.NOT_INSTALLED:
+            r.status = ProbeStatus.MISSING_ARTIFACTS
+            r.error = f"FlashInfer's downloaded kernels are not on this host: {ctx.artifacts.reason}"
+            r.error_detail = f"fix: {ctx.artifacts.fix}"
+            return r
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             probe.fn(ctx, r)
-        if r.status == ProbeStatus.SKIPPED:  # ran to the end without a verdict of its own
-            r.status = ProbeStatus.PASSED
+        if r.status in (ProbeStatus.SKIPPED, ProbeStatus.PASSED) and not r.checked:
+            r.status = ProbeStatus.UNCHECKED  # ran to the end, compared with nothing
     except _Stop as stop:
         r.status, r.error = stop.status, str(stop)
     except Exception as error:
@@ -1122,6 +1169,10 @@ def _record_failure(
 
 _OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.I)
 _FETCH = re.compile(r"Failed to (?:get|download)|download|Connection|HTTP|URL|Max retries", re.I)
+# FlashInfer's own words when a cubin (or its checksums.txt) could not be fetched.
+_DOWNLOAD = re.compile(
+    r"Failed to (?:get|download) (?:checksums\.txt|\S*\.cubin|cubin)|download(?:ing)? (?:of )?cubin", re.I
+)
 _ARCH = re.compile(
     r"compute capability|capability \d|architecture|\bSM ?\d{2,3}\b|\bsm_?\d{2,3}[af]?\b|no kernel image"
     r"|not supported on (?:this )?(?:device|GPU)|only supported (?:on|in CUDA for)|unsupported (?:GPU|arch|device)",
@@ -1135,6 +1186,8 @@ _COMPILE = re.compile(
 def _classify(text: str, *, below_arch: bool) -> ProbeStatus:
     if _OOM.search(text):
         return ProbeStatus.RUNTIME_ERROR
+    if _DOWNLOAD.search(text):
+        return ProbeStatus.MISSING_ARTIFACTS
     if _ARCH.search(text):
         return ProbeStatus.UNSUPPORTED_ARCH
     if _COMPILE.search(text):
@@ -1180,9 +1233,11 @@ def _context_broken(ctx: _Context) -> str | None:
 
 
 def _run_rest_in_child(
-    names: list[str], shapes: ModelShapes, jit_timeout_s: float, culprit: str, broken: str
+    names: list[str], shapes: ModelShapes, jit_timeout_s: float, culprit: str, broken: str, *, perturb: bool
 ) -> list[ProbeResult]:
     argv = [sys.executable, "-m", "worker", "probe", "--json", "--jit-timeout", str(jit_timeout_s), *names]
+    if perturb:
+        argv.append("--perturb")
     env = dict(os.environ, **{MODEL_SHAPES_ENV: json.dumps(asdict(shapes))})
     try:
         done = subprocess.run(
