@@ -10,6 +10,13 @@ reference emits the next word of a fixed reference answer and a step that does n
 wrong kernel does to a real model's logits); `--load-format dummy` samples from random weights over a
 vocabulary of many scripts, as a real server with dummy weights does. It is a stand-in for the model,
 not a model: what it tests is the kernel.
+
+Every backend is compared with the reference, and none of them is the reference: `torch` is a
+token-sorted per-expert loop in the model's dtype (the shape of a torch-native MoE path), the reference
+a float32 loop over (token, slot) pairs. `flashinfer_trtllm` first asks `worker.inventory`
+whether FlashInfer's downloaded cubins are on the host and, where FlashInfer is installed but they are
+neither installed nor downloadable, fails at once with `missing_artifacts` and the fix instead of waiting
+on FlashInfer's download retries.
 """
 
 from __future__ import annotations
@@ -197,6 +204,7 @@ class MoELayer:
         self.w13 = weight(self.experts, 2 * self.inter, self.hidden)  # gate and up, as SGLang stores them
         self.w2 = weight(self.experts, self.hidden, self.inter)
         self.vocab_out = weight(self.hidden, len(NOISE_VOCAB))
+        self.artifacts_checked = False
 
     def route(self, x: Any) -> tuple[Any, Any]:
         logits = (x.float() @ self.router.float()).softmax(dim=-1)
@@ -217,9 +225,9 @@ class MoELayer:
         return out.to(x.dtype)
 
     def forward(self, x: Any) -> Any:
-        if self.backend == "torch":
-            return self.reference(x)
         weights, ids = self.route(x)
+        if self.backend == "torch":
+            return self.torch_grouped(x, weights, ids)
         if self.backend == "triton":
             from worker.repro.triton_moe import triton_moe
 
@@ -243,12 +251,57 @@ class MoELayer:
             return out
         return self._trtllm(x, weights, ids)
 
+    def torch_grouped(self, x: Any, weights: Any, ids: Any) -> Any:
+        """The `torch` backend: (token, slot) rows sorted by expert, one matmul per expert in the model's
+        dtype, combined with index_add_. Not the reference: another order, another precision."""
+        torch = self.torch
+        flat = ids.reshape(-1).long()
+        order = flat.argsort(stable=True)
+        rows = order // self.top_k
+        counts = torch.bincount(flat, minlength=self.experts).tolist()
+        xs = x[rows]
+        y = torch.empty(xs.shape[0], self.hidden, dtype=x.dtype, device=x.device)
+        start = 0
+        for expert, count in enumerate(counts):
+            if count:
+                h = xs[start : start + count] @ self.w13[expert].t()
+                gate, up = h.chunk(2, dim=-1)
+                y[start : start + count] = (torch.nn.functional.silu(gate) * up) @ self.w2[expert].t()
+            start += count
+        out = torch.zeros(x.shape[0], self.hidden, dtype=torch.float32, device=x.device)
+        out.index_add_(0, rows, y.float() * weights.reshape(-1)[order][:, None].float())
+        return out.to(x.dtype)
+
     def _trtllm(self, x: Any, weights: Any, ids: Any) -> Any:
         """FlashInfer's TensorRT-LLM-gen MXFP4 routed MoE, the path of the seed crash: its kernels are
-        built for SM100 only, and FlashInfer refuses it on any other chip."""
+        built for SM100 only, and FlashInfer refuses it on any other chip. Its cubins are downloaded at
+        first use: without them here and without the download host, this fails at once, saying so."""
+        if not self.artifacts_checked:
+            self.artifacts_checked = True
+            require_flashinfer_artifacts()
         from worker.repro.trtllm_call import trtllm_routed_moe
 
         return trtllm_routed_moe(self, x, weights, ids)
+
+
+class MissingArtifacts(RuntimeError):
+    """FlashInfer's download-at-first-use kernels are neither on this host nor downloadable."""
+
+
+def require_flashinfer_artifacts() -> None:
+    """Raise MissingArtifacts (status `missing_artifacts`, with the fix) where FlashInfer is installed but
+    its downloaded cubins are not available; do nothing where they are, or where FlashInfer is absent
+    (its import then fails as it would have)."""
+    from worker.inventory import ArtifactState, flashinfer_artifacts
+
+    status = flashinfer_artifacts()
+    log(f"FlashInfer downloaded kernels: {status.state} ({status.source or status.reason})")
+    if status.available or status.state == ArtifactState.NOT_INSTALLED:
+        return
+    raise MissingArtifacts(
+        f"missing_artifacts: FlashInfer {status.flashinfer}'s trtllm-gen cubins are not on this host and "
+        f"cannot be downloaded ({status.reason}). Fix: {status.fix}"
+    )
 
 
 def init_tp_group(tp_size: int, hidden: int) -> None:
