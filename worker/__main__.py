@@ -172,11 +172,12 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return 0
     gpus = ", ".join(f"{g.name} ({g.arch})" for g in inventory.gpus) or f"no GPU ({inventory.reason})"
     print(f"host {inventory.hostname}: {gpus}")
+    print("\n".join(table_lines(results)))
     if inventory.flashinfer_artifacts is not None:
+        print()
         print(inventory.flashinfer_artifacts.summary())
     if args.perturb:
-        print("control run (--perturb): every checked probe below must say INCORRECT_NUMERICAL")
-    print("\n".join(table_lines(results)))
+        print("control run (--perturb): every checked probe above must say INCORRECT_NUMERICAL")
     for result in results:
         if result.name == allreduce.NAME and (lines := allreduce.size_table_lines(result)):
             print()
