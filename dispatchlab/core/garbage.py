@@ -27,6 +27,7 @@ class GarbageKind(StrEnum):
     REPEATED_TOKEN = "repeated_token"
     HASH_RUN = "hash_run"
     MIXED_SCRIPT_NOISE = "mixed_script_noise"
+    TOKENIZER_LEAK = "tokenizer_leak"
     EMPTY = "empty"
 
 
@@ -152,13 +153,19 @@ def detect_garbage(text: str) -> GarbageVerdict:
     if not text.strip():
         reason = "the answer is empty" if not text else "the answer is only whitespace"
         return _verdict(GarbageKind.EMPTY, 1.0, reason)
+    if all(ch.isspace() or ch in _BLANK_CHARS or unicodedata.category(ch) == "Cf" for ch in text):
+        reason = f"the answer is only invisible characters ({len(text)}, e.g. U+{ord(text.strip()[0]):04X})"
+        return _verdict(GarbageKind.EMPTY, 1.0, reason)
     visible = "".join(text.split())
     evidence = 0.0
     for check in (
         _broken_characters,
+        _special_tokens,
+        _bpe_markers,
         _symbol_runs,
         _lone_hashes,
         _loops,
+        _segment_loops,
         _empty_list,
         _dominant_word,
         _script_noise,
@@ -200,6 +207,79 @@ def _broken_characters(text: str, visible: str) -> _Check:
 
 def _longest_run(visible: str, ch: str) -> int:
     return max((len(list(group)) for key, group in groupby(visible) if key == ch), default=0)
+
+
+# Characters that draw nothing though they are not whitespace: Hangul fillers, the blank Braille cell.
+_BLANK_CHARS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Control tokens of the common vocabularies, printed because the server decoded them as text:
+# '<|im_end|>', '<|eot_id|>', '<｜begin▁of▁sentence｜>', '</s>', '<unk>', '[PAD]', '<0x0A>', '<extra_id_3>'.
+_SPECIAL_TOKEN = re.compile(
+    r"<[|｜][^<>\s|｜]{1,60}[|｜]>"
+    r"|</?s>|<(?:unk|pad|mask|eos|bos|sep|cls|eod|eot)>"
+    r"|<(?:start|end)_of_turn>|<extra_id_\d+>|<0x[0-9A-Fa-f]{2}>"
+    r"|\[(?:PAD|UNK|MASK|CLS|SEP)\]"
+)
+# Tokens that stand for nothing (unknown, padding, raw bytes, unused slots): a few of them in an answer
+# mean the ids were not the ones the tokenizer knows.
+_FILLER_TOKEN = re.compile(
+    r"<unk>|\[UNK\]|<pad>|\[PAD\]|<0x[0-9A-Fa-f]{2}>|<extra_id_\d+>|<[|｜]reserved_special_token_\d+[|｜]>"
+)
+_FILLER_TOKENS = 3
+_TOKEN_RUN = 3
+# A chat template shown as an example is half tokens; an answer of tokens only is a broken decoder.
+_TOKENS_ALONE = 0.75
+# Code spans and fenced blocks: an answer about tokenizers quotes '<|im_end|>' there on purpose.
+_CODE_SPAN = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.DOTALL)
+
+
+def _special_tokens(text: str, visible: str) -> _Check:
+    """Control tokens in the answer's text: mostly tokens, an end token repeated back to back (the
+    server never stopped on it), or several that stand for no text at all ('<unk>', '<0xE4>')."""
+    prose = _CODE_SPAN.sub(" ", text)
+    found = list(_SPECIAL_TOKEN.finditer(prose))
+    if not found:
+        return None, 0.0
+    share = sum(len(match.group()) for match in found) / len(visible)
+    run: list[re.Match[str]] = []
+    for match in [*found, None]:
+        if match is not None and run:
+            last = run[-1]
+            if match.group() == last.group() and not prose[last.end() : match.start()].strip():
+                run.append(match)
+                continue
+        if len(run) >= _TOKEN_RUN:
+            reason = f"the control token {_show(run[0].group())} is repeated {len(run)} times in a row"
+            return _verdict(GarbageKind.REPEATED_TOKEN, max(share, 0.5), reason), share
+        run = [] if match is None else [match]
+    if len(found) >= 2 and share >= _TOKENS_ALONE:
+        reason = f"{len(found)} control tokens ({_show(found[0].group())}, ...) make up {_pct(share)} of the answer"
+        return _verdict(GarbageKind.TOKENIZER_LEAK, share, reason), share
+    fillers = _FILLER_TOKEN.findall(prose)
+    if len(fillers) >= _FILLER_TOKENS:
+        shown = ", ".join(_show(token) for token in dict.fromkeys(fillers))
+        reason = f"{len(fillers)} tokens that stand for no text ({shown}) in the answer"
+        return _verdict(GarbageKind.TOKENIZER_LEAK, max(share, 0.5), reason), share
+    return None, min(share, 0.49)
+
+
+# Byte-level BPE markers shown instead of what they encode: GPT-2's 'Ġ' (a space) and 'Ċ' (a newline),
+# SentencePiece's '▁', and 'âĢ' that starts GPT-2's spelling of '’', '“', '—'. A word starts with one
+# in Maltese ('Ġgħ'); glued inside a run of words they are a decoder that skipped the byte mapping.
+_BPE_MARK = re.compile(r"(?<=[^\s'\"`‘’“”(\[])[Ġ▁Ċ](?=\S)|âĢ")
+_BPE_MARKS = 4
+_BPE_SHARE = 0.2
+
+
+def _bpe_markers(text: str, visible: str) -> _Check:
+    marks = len(_BPE_MARK.findall(_CODE_SPAN.sub(" ", text)))
+    if not marks:
+        return None, 0.0
+    words = max(1, len(re.findall(r"[^\W\d_]+", text)))
+    share = marks / words
+    if marks >= _BPE_MARKS and share >= _BPE_SHARE:
+        reason = f"{marks} tokenizer markers ('Ġ', '▁', 'Ċ', 'âĢ') glued into words, {share:.1f} per word"
+        return _verdict(GarbageKind.TOKENIZER_LEAK, max(share, 0.5), reason), share
+    return None, min(share, 0.49)
 
 
 def _symbol_runs(text: str, visible: str) -> _Check:
@@ -318,7 +398,10 @@ def _word_aligned(unit: str) -> str:
 
 def _loop_is_garbage(loop: _Loop) -> bool:
     unit = "".join(loop.unit.split())
-    if not unit or set(unit) <= _NUCLEOTIDES:
+    if not unit:
+        return False
+    if set(unit) <= _NUCLEOTIDES and not (len(unit) == 1 and loop.share >= 0.9):
+        # a motif, or a poly-A tail inside a sentence; one letter and nothing else is a collapsed decoder
         return False
     if not loop.to_end and loop.share < _LOOP_ALONE:
         # 'very very very ... good question!', 'ho ho ho ..., Merry Christmas!': emphasis the answer
@@ -394,6 +477,51 @@ def _loops(text: str, visible: str) -> _Check:
     if any(ch.isalnum() for ch in unit):
         return _verdict(GarbageKind.REPEATED_TOKEN, max(loop.share, 0.5), reason), strength
     return _verdict(GarbageKind.PUNCTUATION_RUN, max(loop.share, 0.5), reason), strength
+
+
+# A sentence or a line: a decoder stuck on a passage longer than _MAX_PERIOD characters repeats these.
+_SEGMENT_SPLIT = re.compile(r"\n|(?<=[.!?;。！？；])")
+_SEGMENT_PERIOD = 8
+# A cycle shorter than this is a word or a short phrase, which the character loops judge.
+_SEGMENT_LETTERS = 20
+
+
+def _segments(text: str) -> list[str]:
+    return [part for part in (" ".join(piece.split()) for piece in _SEGMENT_SPLIT.split(text)) if part]
+
+
+def _segment_loops(text: str, visible: str) -> _Check:
+    """The same sentence or lines repeated to the end ('Wait, let me re-check ... Wait, let me re-check
+    ...', a chat turn written again and again): a loop too long for the character check. It must reach
+    the end (the last repeat may be cut by max_tokens) and repeat at least 4 times over a good part of
+    the answer, or 3 times over nearly all of it; a quoted output printed three times stays ordinary."""
+    segments = _segments(text)
+    if len(segments) < 3:
+        return None, 0.0
+    strength = 0.0
+    for period in range(1, min(_SEGMENT_PERIOD, len(segments) // 3) + 1):
+        end = len(segments)
+        last, model = segments[-1], segments[-1 - period]
+        if last != model and model.startswith(last):
+            end -= 1  # cut mid-sentence by max_tokens
+        index = end - 1
+        while index - period >= 0 and segments[index] == segments[index - period]:
+            index -= 1
+        first = index - period + 1
+        repeats = (end - first) / period
+        cycle = segments[end - period : end]
+        if repeats < 3 or sum(ch.isalnum() for ch in "".join(cycle)) < _SEGMENT_LETTERS:
+            continue
+        covered = sum(len("".join(part.split())) for part in segments[first:]) / len(visible)
+        strength = max(strength, min(covered, 0.49))
+        if (repeats >= 4 and covered >= 0.4) or covered >= 0.8:
+            what = "the sentence" if period == 1 else f"a passage of {period} sentences or lines"
+            reason = (
+                f"{what} {_show(' '.join(cycle))} is repeated {int(repeats)} times to the end "
+                f"({_pct(covered)} of the answer)"
+            )
+            return _verdict(GarbageKind.REPEATED_TOKEN, max(covered, 0.5), reason), covered
+    return None, strength
 
 
 def _words(text: str) -> list[str]:

@@ -367,3 +367,96 @@ def test_any_text_gets_a_verdict_without_raising(text):
 )
 def test_ordinary_answers_joined_together_stay_ordinary(parts):
     assert not detect_garbage("\n\n".join(parts)).garbage
+
+
+# Written by hand from how broken decoding is known to look (issue #18: leaked BPE markers, repeated end
+# tokens, loops longer than a phrase), apart from the held-out answers in tests/fixtures/answers.
+LEAKS_AND_LONG_LOOPS: list[tuple[str, GarbageKind]] = [
+    ("The capital of France is Paris.</s></s></s></s></s>", GarbageKind.REPEATED_TOKEN),
+    ("Paris is the capital.<|im_end|><|im_end|><|im_end|><|im_end|>", GarbageKind.REPEATED_TOKEN),
+    ("Sure, here it is. <|eot_id|> <|eot_id|> <|eot_id|>", GarbageKind.REPEATED_TOKEN),
+    ("The <unk> of <unk> is <unk> and <unk> the <unk>", GarbageKind.TOKENIZER_LEAK),
+    ("<0xE4><0xBD><0xA0><0xE5><0xA5><0xBD>", GarbageKind.TOKENIZER_LEAK),
+    (
+        "<|reserved_special_token_12|><|reserved_special_token_200|><|reserved_special_token_7|>",
+        GarbageKind.TOKENIZER_LEAK,
+    ),
+    ("<extra_id_0><extra_id_1><extra_id_2><extra_id_3>", GarbageKind.TOKENIZER_LEAK),
+    ("ĠTheĠcapitalĠofĠFranceĠisĠParis.ĊĠItĠisĠknownĠforĠtheĠEiffelĠTower.", GarbageKind.TOKENIZER_LEAK),
+    ("▁The▁capital▁of▁France▁is▁Paris▁and▁it▁is▁big", GarbageKind.TOKENIZER_LEAK),
+    (
+        "ThatâĢĻs right: the capital is ParisâĢĶknown for itsâĢľlightsâĢĿ and food.",
+        GarbageKind.TOKENIZER_LEAK,
+    ),
+    (
+        "The answer is 42. " + "I think the answer should be checked again with the original data. " * 6,
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    (
+        "Here is the code:\n" + "print('hello world, this is a test of the loop')\n" * 8,
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    (
+        "Step one: open the configuration file and set the port.\n"
+        + "Then restart the server and wait for it to load the model weights.\nAfter that, send a request.\n"
+        * 5
+        + "Then restart the ser",
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    (
+        "<think>\nOkay, let me think. "
+        + "Wait, let me re-check the calculation of the total cost of the items. " * 5,
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    ("\u200b\u200b\u200b\u200b\u200b\u200b", GarbageKind.EMPTY),
+    ("\u3164\u3164 \u2800", GarbageKind.EMPTY),
+    ("GGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGGG", GarbageKind.REPEATED_TOKEN),
+]
+
+# Ordinary answers that talk about those tokens, quote a loop, or repeat lines on purpose.
+TOKENS_AND_REPEATS_CLEAN: list[str] = [
+    "The model uses `<|im_start|>` and `<|im_end|>` to mark turns; Llama 3 uses `<|eot_id|>`.",
+    "Paris is the capital of France.</s>",
+    "Paris is the capital of France.<|im_end|>",
+    "In GPT-2's tokenizer, 'Ġ' marks a leading space, so 'Ġthe' is ' the'; SentencePiece uses '▁' instead: '▁the'.",
+    "A ChatML conversation looks like:\n<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi"
+    "<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>",
+    "```\n<|im_end|><|im_end|><|im_end|>\n```\nThat repeated end token means the stop token is misconfigured.",
+    "If the tokenizer sees unknown bytes it emits <unk>; set `byte_fallback` so that <0xE4> style tokens are used.",
+    "Use [PAD] for padding and [CLS] at the start in BERT; [SEP] separates the two sentences.",
+    "Mojibake example: 'â€™' is what ’ looks like when UTF-8 is read as Windows-1252.",
+    "Ġaxija means 'action' in Maltese; Ġgantija is a temple on Gozo.",
+    "| Text | Text | Text |\n|---|---|---|\n| Text | Text | Text |\n| Text | Text | Text |\n| Text | Text | Text |",
+    "for i in range(3):\n    print('hello world, this is a test of the loop')\nOutput:\nhello world, this is a "
+    "test of the loop\nhello world, this is a test of the loop\nhello world, this is a test of the loop",
+    "Twinkle, twinkle, little star, how I wonder what you are!\nUp above the world so high, like a diamond in "
+    "the sky.\nTwinkle, twinkle, little star, how I wonder what you are!",
+    "Row, row, row your boat\nGently down the stream\nMerrily, merrily, merrily, merrily\nLife is but a dream\n"
+    "Row, row, row your boat\nGently down the stream\nMerrily, merrily, merrily, merrily\nLife is but a dream",
+    "All work and no play makes Jack a dull boy. All work and no play makes Jack a dull boy. That is the "
+    "line Jack types in The Shining.",
+    "def a():\n    return 1\n\n\ndef b():\n    return 1\n\n\ndef c():\n    return 1\n\n\ndef d():\n    return 1\n",
+    "SELECT id FROM users WHERE id = 1;\nSELECT id FROM users WHERE id = 2;\nSELECT id FROM users WHERE id = 3;",
+    "The poly(A) tail AAAAAAAAAAAAAAAAAAAA protects the mRNA.",
+    "Soft\u00adware with a soft hyphen, and a zero\u200bwidth space inside.",
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), LEAKS_AND_LONG_LOOPS)
+def test_leaked_control_tokens_bpe_markers_and_sentence_loops_are_garbage(text, kind):
+    verdict = detect_garbage(text)
+    assert verdict.garbage and verdict.kind == kind, verdict.reason
+    assert 0.5 <= verdict.score <= 1.0
+
+
+@pytest.mark.parametrize("text", TOKENS_AND_REPEATS_CLEAN)
+def test_answers_about_tokens_or_with_a_repeated_line_stay_ordinary(text):
+    verdict = detect_garbage(text)
+    assert not verdict.garbage, verdict.reason
+
+
+def test_the_reason_names_the_repeated_control_token_and_the_looping_sentence():
+    token = detect_garbage("Done.</s></s></s></s>")
+    assert "'</s>'" in token.reason and "4 times" in token.reason
+    sentence = detect_garbage("Hi. " + "Wait, let me re-check the calculation of the total cost. " * 5)
+    assert "re-check" in sentence.reason and "5 times" in sentence.reason
