@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.flags import release_for
-from dispatchlab.core.shapes import ModelShapesRead, read_shapes, read_shapes_file
+from dispatchlab.core.shapes import ModelShapesRead, read_shapes_file, read_shapes_from_document
 from worker import probes
 from worker.peaks import peak_for, peaks_for
 from worker.probes import ATOL, RTOL, ProbeResult, ProbeStatus
@@ -526,7 +526,7 @@ def _gemm_fp8(run: _Run, e: SweepEntry, ab: tuple[Any, Any], ref: Any) -> None:
 
 GEMM_CANDIDATES: list[tuple[str, str, str | None, Callable[[_Run, SweepEntry, Any, Any], None]]] = [
     ("torch_mm", "torch matmul (cuBLAS on GPU)", None, _gemm_torch),
-    ("torch_scaled_mm_fp8", "torch._scaled_mm FP8 (cuBLASLt)", "cutlass", _gemm_fp8),
+    ("torch_scaled_mm_fp8", "torch._scaled_mm FP8 (cuBLASLt)", None, _gemm_fp8),
 ]
 
 
@@ -726,14 +726,7 @@ def shapes_from_source(path: Path) -> ModelShapesRead:
     document = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(document, dict):
         raise ValueError("a report's JSON document is an object")
-    lines: list[str] = []
-    args = document.get("server_args") or document.get("args") or {}
-    if isinstance(args, dict) and args:
-        lines.append(f"server_args={args!r}")
-    config = document.get("model_config") or document.get("config") or {}
-    if isinstance(config, dict) and config:
-        lines.append(f"config: {json.dumps(config)}")
-    return read_shapes(lines)
+    return read_shapes_from_document(document)
 
 
 def _start(shapes: dict[str, int], dtype_name: str, jit_timeout_s: float) -> _Run:

@@ -10,6 +10,7 @@ and the report prints the provenance next to each. Pure Python, streams the log 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -196,6 +197,19 @@ def read_shapes_file(path: Path) -> ModelShapesRead:
         return read_shapes(handle)
 
 
+def read_shapes_from_document(document: dict[str, Any]) -> ModelShapesRead:
+    """A parsed report document's shapes: its `server_args` (and a `model_config` where one was kept)
+    turned back into the lines the reader knows; what neither holds is defaulted and says so."""
+    lines: list[str] = []
+    args = document.get("server_args") or document.get("args") or {}
+    if isinstance(args, dict) and args:
+        lines.append(f"server_args={args!r}")
+    config = document.get("model_config") or document.get("config") or {}
+    if isinstance(config, dict) and config:
+        lines.append(f"config: {json.dumps(config)}")
+    return read_shapes(lines)
+
+
 def _args_of(line: str) -> dict[str, Any]:
     if "ServerArgs(" in line or "server_args={" in line:
         return parse_server_args(line)[0]
@@ -289,3 +303,21 @@ def _decide(config: dict[str, tuple[Any, int]], args: dict[str, tuple[Any, int]]
         if name not in ("dtype", "quantization", "tp_size", "ep_size")
     }
     return ModelShapesRead(facts=facts, args=kept)
+
+
+def shapes_from_dict(data: dict[str, Any]) -> ModelShapesRead:
+    """Back from ModelShapesRead.to_dict() (a sweep job carries it to the worker as JSON)."""
+    facts = {
+        name: ShapeFact(
+            name,
+            fact.get("value"),
+            str(fact.get("source") or DEFAULT),
+            fact.get("line"),
+            str(fact.get("note") or ""),
+        )
+        for name, fact in (data.get("facts") or {}).items()
+        if isinstance(fact, dict)
+    }
+    for name in SHAPE_FIELDS:
+        facts.setdefault(name, ShapeFact(name, DEFAULTS[name], DEFAULT, note="not in the log"))
+    return ModelShapesRead(facts=facts, args=dict(data.get("args") or {}))
