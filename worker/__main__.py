@@ -9,6 +9,9 @@
     python -m worker probe allreduce [--json] the NCCL all-reduce over every GPU (only when named, or
                                               with --component comm)
     python -m worker probe --list             the probes there are
+    python -m worker sweep REPORT_OR_LOG --component moe|attention|gemm|sampling [--out F] [--json]
+                                              every installed backend of the component at the log's model
+                                              shapes, checked, timed and ranked (worker.sweep)
     python -m worker serve                    take confirm and probe jobs from the broker (DISPATCHLAB_BROKER_URL)
 
 Both commands exit 0 also on a host without a GPU (the output says why nothing ran); 2 on usage errors.
@@ -82,6 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="control run: push every checked output past the tolerance (each checked probe must then fail)",
     )
     probe.add_argument("--out", metavar="FILE", help="also write the JSON object to FILE")
+    sweep = commands.add_parser(
+        "sweep", help="run every installed backend of a component at the log's shapes"
+    )
+    sweep.add_argument("source", metavar="REPORT_OR_LOG", help="a crash log, or a report's JSON document")
+    sweep.add_argument("--component", required=True, choices=["moe", "attention", "gemm", "sampling"])
+    sweep.add_argument("--out", metavar="F", help="also write the JSON to this file")
+    sweep.add_argument("--json", action="store_true", help="stdout holds exactly one JSON object")
+    sweep.add_argument(
+        "--tokens", type=int, metavar="N", help="tokens per call (default 4096 on a GPU, 64 on CPU)"
+    )
+    sweep.add_argument("--only", nargs="+", metavar="NAME", help="only these candidates")
+    sweep.add_argument(
+        "--jit-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="longest a FlashInfer JIT build may take before its candidate says `building` (default 120)",
+    )
     serve = commands.add_parser("serve", help="take confirm and probe jobs from the broker")
     serve.add_argument("--loglevel", default="INFO", help="Celery's log level")
     return parser
@@ -92,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "probe":
         return _probe(parser, args)
+    if args.command == "sweep":
+        return _sweep(parser, args)
     if args.command == "serve":
         return _serve(loglevel=args.loglevel)
     return _inventory(json_output=bool(getattr(args, "json", False)), out=getattr(args, "out", None))
@@ -182,6 +205,39 @@ def _probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if result.name == allreduce.NAME and (lines := allreduce.size_table_lines(result)):
             print()
             print("\n".join(lines))
+    return 0
+
+
+def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from worker.sweep import run_sweep, shapes_from_source
+    from worker.sweep import table_lines as sweep_table
+
+    allreduce.disable_multicast(os.environ)
+    try:
+        read = shapes_from_source(Path(args.source))
+    except (OSError, ValueError) as error:
+        parser.error(f"{args.source}: {error}")
+    if args.tokens is not None and args.tokens <= 0:
+        parser.error("--tokens: a positive integer is needed")
+    with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+        report = run_sweep(
+            args.component,
+            read,
+            tokens=args.tokens,
+            jit_timeout_s=args.jit_timeout,
+            only=args.only,
+            source=str(args.source),
+        )
+    data = report.to_dict()
+    text = json.dumps(data, indent=2)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        print(text)
+    else:
+        print("\n".join(sweep_table(report)))
+        print(text)
     return 0
 
 

@@ -194,3 +194,27 @@ def serve(*, inventory: dict[str, Any], concurrency: int = 1, loglevel: str = "I
         except Exception as error:
             logger.warning("goodbye heartbeat not sent: %s", error)
     return 0
+
+
+@app.task(name="gpu.sweep")
+def sweep_task(job: dict[str, Any]) -> None:
+    """Run the backend sweep a dashboard asked for and answer with its report (or why it did not run)."""
+    from dispatchlab.core.shapes import shapes_from_dict
+    from dispatchlab.messaging.sweep import SWEEP_FINISHED_TASK
+    from worker.sweep import run_sweep
+
+    answer: dict[str, Any] = {"sweep_id": job.get("sweep_id"), "host": _config().host}
+    state["busy"].set()
+    try:
+        report = run_sweep(
+            str(job.get("component")),
+            shapes_from_dict(dict(job.get("shapes") or {})),
+            tokens=job.get("tokens") or None,
+            source=f"sweep {job.get('sweep_id')}",
+        )
+        answer["result"] = report.to_dict()
+    except Exception as error:  # the dashboard hears a terminal status whatever broke
+        answer["error"] = f"the worker could not run the sweep: {type(error).__name__}: {str(error)[:300]}"
+    finally:
+        state["busy"].clear()
+    send_to_dashboard(SWEEP_FINISHED_TASK, answer)

@@ -182,3 +182,39 @@ class SignatureConfirmation(models.Model):
         server = f"{self.server} {self.server_version}".strip()
         where = ", ".join(part for part in (f"{self.gpu_name} {self.arch}".strip(), server) if part)
         return f"{verb} on {where}, {self.created_at:%Y-%m-%d}"
+
+
+class SweepRun(models.Model):
+    """One backend sweep of a report's crashing component on a host of its arch (worker.sweep)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sweep_runs")
+    report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="sweep_runs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    component = models.CharField(max_length=20)
+    arch = models.CharField(max_length=20, blank=True)
+    queue = models.CharField(max_length=200)
+    shapes = models.JSONField(default=dict)  # ModelShapesRead.to_dict(): values and where each came from
+    host_name = models.CharField(max_length=200, blank=True)
+    result = models.JSONField(default=dict)  # the worker's SweepReport
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.component} sweep {self.pk} of report {self.report_id}"
+
+    @property
+    def proposed_fix(self) -> dict[str, Any] | None:
+        fix = self.result.get("proposed_fix")
+        return fix if isinstance(fix, dict) else None

@@ -52,3 +52,6 @@ def probes_finished_task(payload: dict[str, Any]) -> None:
     from dispatchlab.gpu.services import probes_store
 
     probes_store(payload=payload)
+
+
+from dispatchlab.gpu import sweep_tasks  # noqa: E402,F401  (registers sweeps.finished with autodiscovery)
