@@ -23,3 +23,18 @@ def test_ruff_finds_nothing_and_everything_is_formatted():
 def test_the_core_and_the_worker_pass_mypy_strict():
     result = _run("mypy")
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_no_two_test_modules_share_a_name_where_pytest_would_refuse_to_collect_the_second():
+    """Outside a package pytest imports a test file by its base name: a second `test_x.py` in another
+    folder stops the whole run at collection (as `tests/web/test_redaction.py` beside a pipeline one did)."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, Path] = {}
+    clashes = []
+    for path in sorted(tests.rglob("test_*.py")):
+        if (path.parent / "__init__.py").exists():
+            continue
+        if path.name in seen:
+            clashes.append(f"{seen[path.name].relative_to(tests)} and {path.relative_to(tests)}")
+        seen.setdefault(path.name, path)
+    assert not clashes, clashes
