@@ -614,16 +614,24 @@ def report_analyze(*, report_id: int) -> Outcome:
     heartbeat = _Heartbeat(report_id=report_id, token=token)
     heartbeat.start()
     try:
-        with _local_copies(report, workdir) as paths, _upload_limits():
-            started = time.monotonic()
-            text_path.parent.mkdir(parents=True, exist_ok=True)
-            document = analyze_paths(paths, progress=progress, line_index=(tmp_text, tmp_index))
-            parse_seconds = time.monotonic() - started
-            _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE)
-            line_count = int(document.get("line_count") or 0)
-            os.replace(tmp_text, text_path)
-            os.replace(tmp_index, index_path)
-            _clean_source_names(document, workdir)
+        try:
+            with _local_copies(report, workdir) as paths, _upload_limits():
+                started = time.monotonic()
+                text_path.parent.mkdir(parents=True, exist_ok=True)
+                document = analyze_paths(paths, progress=progress, line_index=(tmp_text, tmp_index))
+                parse_seconds = time.monotonic() - started
+                _heartbeat(report_id=report_id, token=token, progress=PARSE_SHARE)
+                line_count = int(document.get("line_count") or 0)
+                os.replace(tmp_text, text_path)
+                os.replace(tmp_index, index_path)
+                _clean_source_names(document, workdir)
+        finally:
+            # Before any outcome is recorded: a report that reads `failed` has nothing left on disk (a
+            # refused bomb wrote up to its cap); on success the copies were swapped in already.
+            heartbeat.stop()
+            for leftover in (tmp_text, tmp_index):
+                with contextlib.suppress(OSError):
+                    leftover.unlink(missing_ok=True)
     except ClaimLost:
         logger.warning("report %s: claim lost while parsing; leaving it to the new owner", report_id)
         return Outcome.LOST
@@ -649,12 +657,7 @@ def report_analyze(*, report_id: int) -> Outcome:
             reason=f"internal error while parsing: {type(error).__name__}: {message}",
         )
     finally:
-        heartbeat.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-        # Swapped in on success; on any failure (a refused bomb wrote up to its cap) nothing stays.
-        for leftover in (tmp_text, tmp_index):
-            with contextlib.suppress(OSError):
-                leftover.unlink(missing_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)  # links to the stored files, named in the errors above
 
     outcome = _report_store(
         report_id=report_id,
