@@ -287,7 +287,14 @@ def test_the_confirm_form_shows_the_fix_as_a_diff_of_the_launch(alice_client, cr
     body = page(alice_client, reverse("front:confirm_new", args=[crash.pk]))
     diff = body.split('id="launch-diff"', 1)[1].split("</section>", 1)[0]
     removed = re.findall(r'diff-removed">.*?<code>(.*?)</code>', diff)
-    assert removed == ["--speculative-algorithm EAGLE"]
+    # Without --speculative-algorithm the other --speculative-* flags mean nothing: they go too.
+    assert removed == [
+        "--speculative-algorithm EAGLE",
+        "--speculative-num-steps 1",
+        "--speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 2",
+        "--speculative-moe-runner-backend triton",
+    ]
     changed = re.search(
         r'diff-changed">.*?<code class="before">(.*?)</code>.*?<code class="after">(.*?)</code>', diff
     )
