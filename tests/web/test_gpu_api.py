@@ -164,7 +164,7 @@ def _finished_confirm(
     output = make_report(
         crash.project, document=make_document(matches=[], failure_class="none", crash=None, outcome="serving")
     )
-    run = ConfirmRun.objects.create(
+    ConfirmRun.objects.create(
         project=crash.project,
         report=crash,
         status=ConfirmRun.Status.PARSING,
