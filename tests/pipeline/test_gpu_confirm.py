@@ -160,8 +160,20 @@ def test_dummy_weights_are_confirmed_as_garbage_with_the_reason(stack: Stack, cr
     assert confirm["error"].startswith("the server answers garbage")
 
 
-def test_the_unchanged_launch_still_fails_and_names_the_new_diagnosis(stack: Stack, crash_report):
-    status, created = api(stack, "POST", f"/api/v1/reports/{crash_report['id']}/confirm", {"args": {}})
+def test_the_unchanged_launch_of_a_diagnosis_without_a_fix_is_refused_with_the_reason(
+    stack: Stack, crash_report
+):
+    status, answer = api(stack, "POST", f"/api/v1/reports/{crash_report['id']}/confirm", {"args": {}})
+    assert status == 400, answer
+    assert answer["error"].startswith("nothing to confirm: the diagnosis") and "has no fix" in answer["error"]
+    assert "backend sweep" in answer["error"] and "edit the launch" in answer["error"]
+
+
+def test_an_edited_launch_that_keeps_the_crashing_backend_still_fails_and_names_the_new_diagnosis(
+    stack: Stack, crash_report
+):
+    body = {"args": {"--cuda-graph-max-bs": "4"}}
+    status, created = api(stack, "POST", f"/api/v1/reports/{crash_report['id']}/confirm", body)
     assert status == 201, created
     confirm = wait_confirm(stack, created["id"])
     assert confirm["status"] == "still_fails", confirm
