@@ -133,8 +133,11 @@ def _patch(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     body={"application/json": ConfirmBody},
     body_required=False,
     answers={
-        200: (ConfirmCreated, "The same launch was already waiting: joined that run (joined: true)."),
-        201: (ConfirmCreated, "Queued (status waiting_for_host while no live host of its arch exists)."),
+        201: (
+            ConfirmCreated,
+            "Queued (status waiting_for_host while no live host of its arch exists); or, when the same "
+            "launch was already waiting, that run (joined: true).",
+        ),
         400: (
             Error,
             "Not queued: no launch, a launch dispatchlab does not run, or nothing to confirm (the "
@@ -187,7 +190,7 @@ def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
         launch=_launch(confirm),
         joined=confirm.joined,
     )
-    return JsonResponse(answer, status=200 if confirm.joined else 201)
+    return JsonResponse(answer, status=201)
 
 
 @operation(

@@ -508,7 +508,7 @@ class ConfirmCreated(TypedDict):
     url: Url
     launch: Launch
     joined: bool
-    """true when the same launch was already waiting: this is that run (answered 200, not 201)"""
+    """true when the same launch was already waiting or queued: this is that run, nothing new was queued"""
 
 
 @described

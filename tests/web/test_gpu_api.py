@@ -266,7 +266,7 @@ def test_a_second_confirm_of_the_same_launch_while_one_waits_joins_it(client, cr
     first = confirm(client, crash.id, alice_key, {})
     second = confirm(client, crash.id, alice_key, {})
     assert first.status_code == 201 and first.json()["joined"] is False
-    assert second.status_code == 200 and second.json()["joined"] is True
+    assert second.status_code == 201 and second.json()["joined"] is True
     assert second.json()["id"] == first.json()["id"] and ConfirmRun.objects.count() == 1
     other = confirm(client, crash.id, alice_key, {"args": {"--moe-runner-backend": "triton"}})
     assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
