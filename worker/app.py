@@ -26,6 +26,7 @@ from dispatchlab.messaging.contract import (
     Heartbeat,
     ProbeJob,
     arch_queue,
+    cancel_queue,
     dashboard_queue,
     gpu_queue,
     host_queue,
@@ -111,13 +112,35 @@ class HeartbeatThread(threading.Thread):
                 return
 
 
+def cancel_asked(confirm_id: int) -> bool:
+    """Whether the dashboard put a cancel of this confirm on its cancel queue (consumed if so)."""
+    with app.connection_for_read() as connection:
+        queue = connection.SimpleQueue(cancel_queue(confirm_id), serializer="json")
+        try:
+            message = queue.get_nowait()
+        except queue.Empty:
+            return False
+        else:
+            message.ack()
+            return True
+        finally:
+            queue.close()
+
+
 @app.task(name=CONFIRM_TASK)
 def confirm_task(job: ConfirmJob) -> None:
     from worker.runner import run_confirm
 
     state["busy"].set()
     try:
-        run_confirm(job, _config(), send_to_dashboard, inventory=state["inventory"])
+        confirm_id = int(job["confirm_id"]) if isinstance(job, dict) else 0
+        run_confirm(
+            job,
+            _config(),
+            send_to_dashboard,
+            inventory=state["inventory"],
+            cancelled=lambda: cancel_asked(confirm_id),
+        )
     except Exception as error:
         # Whatever broke, the dashboard hears a terminal status, or the run would stay `running`.
         if isinstance(job, dict) and isinstance(job.get("confirm_id"), int):

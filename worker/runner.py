@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
+from dispatchlab.core.launch import REPRO_PREFIX, Launch
 from dispatchlab.messaging.contract import (
     CONFIRM_FINISHED_TASK,
     CONFIRM_OUTPUT_TASK,
@@ -28,7 +29,7 @@ from dispatchlab.messaging.contract import (
     ConfirmOutcome,
 )
 from worker.config import WORKER_SELECTED_ENV, WorkerConfig
-from worker.policy import Refused, approve, bind
+from worker.policy import ApprovedLaunch, Refused, approve, bind
 
 Send = Callable[[str, dict[str, Any]], None]
 
@@ -37,6 +38,9 @@ READY_LINE = re.compile(
     r"Starting vLLM API server"
 )
 HEALTH_PATHS = ("/health", "/v1/models")
+# Where a server says which release it is: vLLM's /version, SGLang's /get_server_info (and /version).
+VERSION_PATHS = ("/version", "/get_server_info", "/server_info")
+CANCEL_POLL_SECONDS = 1.0
 PIECE_BYTES = 256 * 1024
 STOP_GRACE_SECONDS = 15.0
 # What the child inherits besides the launch's own variables: enough to find programs and a home.
@@ -76,6 +80,7 @@ class OutputPump:
         self.dropped_bytes = 0
         self.ready_line: str | None = None
         self.tail: list[str] = []
+        self.head: list[str] = []  # the first lines, where a program says what it is
         self.thread = threading.Thread(target=self._read, name="confirm-output", daemon=True)
         self.thread.start()
 
@@ -87,6 +92,8 @@ class OutputPump:
             with self.lock:
                 self.pending.append(line)
                 self.tail = [*self.tail[-40:], line]
+                if len(self.head) < 60:
+                    self.head.append(line)
 
     def flush(self, *, final: bool = False) -> None:
         if final:
@@ -147,6 +154,115 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
+def _version_from_server(base_url: str) -> tuple[str, str] | None:
+    """(version, path) as the running server reports it, or None."""
+    for path in VERSION_PATHS:
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=5) as response:
+                data = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError):
+            continue
+        version = data.get("version") if isinstance(data, dict) else None
+        if isinstance(version, str) and version.strip():
+            return version.strip()[:100], path
+    return None
+
+
+def launcher_identity(
+    approved: ApprovedLaunch, *, base_url: str | None, log_lines: list[str]
+) -> dict[str, Any]:
+    """What ran, as it identified itself: a server's name and the version it reported (else the
+    installed package's, marked inferred), or a repro stand-in by name. `kind` is "server" or
+    "stand-in"; a stand-in's evidence is kernel-level."""
+    launch = approved.launch
+    if launch.launcher.startswith(REPRO_PREFIX):
+        name = launch.launcher[len(REPRO_PREFIX) :]
+        said = next((line.strip() for line in log_lines if f"dispatchlab repro {name}" in line), "")
+        return {
+            "kind": "stand-in",
+            "name": launch.launcher,
+            "label": f"the {name} stand-in",
+            "version": None,
+            "how": f"it identified itself in its log: {said[-200:]}" if said else "named by its launcher",
+            "inferred": not said,
+        }
+    server = launch.server if launch.server != "unknown" else launch.launcher
+    reported = _version_from_server(base_url) if base_url else None
+    if reported is not None:
+        version, path = reported
+        how, inferred = f"reported by the server at {path}", False
+    elif approved.server_version:
+        version = approved.server_version
+        how, inferred = "inferred: the version installed for the launcher's Python", True
+    else:
+        version, how, inferred = None, "unknown: the server reported no version", True
+    label = f"{server} {version}" if version else server
+    return {
+        "kind": "server",
+        "name": server,
+        "label": label,
+        "version": version,
+        "how": how,
+        "inferred": inferred,
+    }
+
+
+def weights_kind(launch: Launch) -> dict[str, Any]:
+    """Real, dummy or reference weights, and how we know."""
+    option = launch.option("--load-format")
+    load_format = option.values[0] if option is not None and option.values else None
+    if launch.launcher.startswith(REPRO_PREFIX):
+        if load_format == "dummy":
+            return {"kind": "dummy", "how": "--load-format dummy (random weights)", "inferred": False}
+        how = "--load-format reference" if load_format else "the repro's default --load-format reference"
+        return {
+            "kind": "reference",
+            "how": f"{how}: the repro's own seeded reference weights, not a model's",
+            "inferred": False,
+        }
+    if load_format == "dummy":
+        return {"kind": "dummy", "how": "--load-format dummy (random weights)", "inferred": False}
+    model = launch.option("--model-path") or launch.option("--model")
+    where = (model.values[0] if model and model.values else "") or " ".join(launch.positional)
+    return {
+        "kind": "real",
+        "how": f"inferred: no --load-format dummy, weights read from {where or 'the model path'}",
+        "inferred": True,
+    }
+
+
+def host_identity(host: str, inventory: dict[str, Any]) -> dict[str, Any]:
+    gpus = [g for g in inventory.get("gpus") or [] if isinstance(g, dict)]
+    return {
+        "name": host,
+        "gpu": str(gpus[0].get("name") or "") if gpus else "",
+        "arch": str(gpus[0].get("arch") or "") if gpus else "",
+        "gpu_count": len(gpus),
+    }
+
+
+class CancelWatch(threading.Thread):
+    """Asks `cancelled` every CANCEL_POLL_SECONDS; once it says yes, stops the launch's process group."""
+
+    def __init__(self, cancelled: Callable[[], bool], process: subprocess.Popen[bytes]) -> None:
+        super().__init__(name="confirm-cancel", daemon=True)
+        self.cancelled = cancelled
+        self.process = process
+        self.done = threading.Event()
+        self.fired = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(CANCEL_POLL_SECONDS):
+            try:
+                asked = self.cancelled()
+            except Exception:  # the broker is away for a moment: ask again next time
+                asked = False
+            if asked:
+                self.fired.set()
+                _stop_group(self.process)
+                return
+
+
 ALLREDUCE = "allreduce"  # the multi-process NCCL probe, run on its own (worker/allreduce.py)
 
 
@@ -161,6 +277,13 @@ def _probe_command(argv: list[str], env: dict[str, str], timeout: int) -> list[d
         return [{"name": "probes", "runs": False, "status": "RUNTIME_ERROR", "error": done.stderr[-500:]}]
     probes = data.get("probes") if isinstance(data, dict) else None
     return [p for p in probes or [] if isinstance(p, dict)]
+
+
+def _asked(cancelled: Callable[[], bool]) -> bool:
+    try:
+        return bool(cancelled())
+    except Exception:  # the broker is away: the run goes ahead (it can still be cancelled later)
+        return False
 
 
 def run_probes_subprocess(
@@ -193,11 +316,23 @@ def run_probes_subprocess(
 
 
 def run_confirm(
-    job: ConfirmJob, config: WorkerConfig, send: Send, *, inventory: dict[str, Any]
+    job: ConfirmJob,
+    config: WorkerConfig,
+    send: Send,
+    *,
+    inventory: dict[str, Any],
+    cancelled: Callable[[], bool] | None = None,
 ) -> ConfirmOutcome:
+    """`cancelled` says whether the dashboard cancelled this confirm: asked before the launch starts
+    and every second while it runs (the whole process group is stopped then)."""
     started = time.monotonic()
     confirm_id = int(job["confirm_id"])
-    outcome: ConfirmOutcome = {"confirm_id": confirm_id, "host": config.host, "inventory": inventory}
+    outcome: ConfirmOutcome = {
+        "confirm_id": confirm_id,
+        "host": config.host,
+        "inventory": inventory,
+        "host_identity": host_identity(config.host, inventory),
+    }
     try:
         launch = job["launch"]
         if not isinstance(launch, dict):
@@ -215,6 +350,17 @@ def run_confirm(
         error = ""
     if error:
         outcome.update({"status": "refused", "error": error, "ready": False, "argv": [], "duration_s": 0.0})
+        send(CONFIRM_FINISHED_TASK, dict(outcome))
+        return outcome
+    outcome["weights"] = weights_kind(approved.launch)
+    outcome["launcher_identity"] = launcher_identity(approved, base_url=None, log_lines=[])
+    stand_in = outcome["launcher_identity"]["kind"] == "stand-in"
+    outcome["throughput_unit"] = "kernel steps/s" if stand_in else "tokens/s"
+    if cancelled is not None and _asked(cancelled):
+        outcome.update(
+            {"status": "cancelled", "error": "cancelled before it started", "ready": False, "argv": []}
+        )
+        outcome["duration_s"] = 0.0
         send(CONFIRM_FINISHED_TASK, dict(outcome))
         return outcome
 
@@ -253,6 +399,9 @@ def run_confirm(
         return outcome
     assert process.stdout is not None
     pump = OutputPump(process.stdout, send, confirm_id, config.max_output_bytes)
+    watch = CancelWatch(cancelled, process) if cancelled is not None else None
+    if watch is not None:
+        watch.start()
     last_health = 0.0
     try:
         while True:
@@ -301,10 +450,22 @@ def run_confirm(
                 else f"exited with status {process.returncode}"
             )
     finally:
+        if watch is not None:
+            watch.done.set()
         _stop_group(process)
         pump.flush(final=True)
     outcome["exit_code"] = process.returncode
     outcome["output_pieces"] = pump.seq
+    outcome["launcher_identity"] = launcher_identity(
+        approved, base_url=base_url if outcome["ready"] else None, log_lines=pump.head
+    )
+    if watch is not None and watch.fired.is_set():
+        outcome.update(
+            {"status": "cancelled", "error": "cancelled while it ran; its process group was stopped"}
+        )
+        outcome["duration_s"] = round(time.monotonic() - started, 2)
+        send(CONFIRM_FINISHED_TASK, dict(outcome))
+        return outcome
     outcome["probes"] = run_probes_subprocess(
         list(job.get("probes") or []), dict(job.get("model_shapes") or {}), config.probe_timeout_s
     )

@@ -13,7 +13,7 @@ from dispatchlab.api.pagination import PageQuery, page_answer
 from dispatchlab.api.schema import operation
 from dispatchlab.api.shapes import Confirm, ConfirmBody, ConfirmCreated, Error, Host, HostPage, Launch
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
-from dispatchlab.gpu.services import FLAT_ARGS, FLAT_ENV, ConfirmRejected, confirm_create
+from dispatchlab.gpu.services import FLAT_ARGS, FLAT_ENV, ConfirmRejected, confirm_cancel, confirm_create
 
 MAX_CONFIRM_BODY = 256 * 1024
 # {"args": {"--flag": [values]}} is three levels; a deeper body is refused before it is decoded.
@@ -76,6 +76,17 @@ def confirm_json(request: HttpRequest, confirm: ConfirmRun) -> Confirm:
         ready_seconds=result.get("ready_seconds"),
         smoke=result.get("smoke"),
         throughput=result.get("throughput") or [],
+        throughput_unit=confirm.throughput_unit,
+        evidence=confirm.evidence,  # type: ignore[typeddict-item]
+        evidence_label=confirm.evidence_label,
+        launcher=confirm.launcher_identity,  # type: ignore[typeddict-item]
+        weights=confirm.weights or None,  # type: ignore[typeddict-item]
+        host_identity=result.get("host_identity") or None,
+        cancel_url=(
+            request.build_absolute_uri(reverse("api:confirm_cancel", args=[confirm.id]))
+            if confirm.status in ConfirmRun.CANCELLABLE
+            else None
+        ),
         probes=result.get("probes") or [],
         created_at=confirm.created_at.isoformat(),
         started_at=confirm.started_at.isoformat() if confirm.started_at else None,
@@ -122,8 +133,16 @@ def _patch(body: dict[str, Any], key: str) -> dict[str, Any] | None:
     body={"application/json": ConfirmBody},
     body_required=False,
     answers={
-        201: (ConfirmCreated, "Queued (status waiting_for_host while no live host of its arch exists)."),
-        400: Error,
+        201: (
+            ConfirmCreated,
+            "Queued (status waiting_for_host while no live host of its arch exists); or, when the same "
+            "launch was already waiting, that run (joined: true).",
+        ),
+        400: (
+            Error,
+            "Not queued: no launch, a launch dispatchlab does not run, or nothing to confirm (the "
+            "diagnosis has no fix and the launch is unedited: run the backend sweep or edit the launch).",
+        ),
         403: Error,
         404: (Error, "No such report, or not in the caller's projects."),
         413: Error,
@@ -169,6 +188,7 @@ def report_confirm(request: HttpRequest, report_id: int) -> HttpResponse:
         queue=confirm.queue,
         url=request.build_absolute_uri(reverse("front:confirm", args=[confirm.id])),
         launch=_launch(confirm),
+        joined=confirm.joined,
     )
     return JsonResponse(answer, status=201)
 
@@ -190,4 +210,36 @@ def confirm_detail(request: HttpRequest, confirm_id: int) -> HttpResponse:
     confirm = ConfirmRun.objects.filter(id=confirm_id, project__in=caller.projects()).first()
     if confirm is None:
         return error("no such confirm run", 404)
+    return JsonResponse(confirm_json(request, confirm))
+
+
+@operation(
+    "POST",
+    "confirms_cancel",
+    summary="Cancel a waiting, queued or running confirm run",
+    description=(
+        "The run is marked cancelled at once; the GPU worker that holds it (or takes it later) stops the "
+        "launch's whole process group, or does not start it."
+    ),
+    answers={
+        200: (Confirm, "Cancelled."),
+        400: (Error, "It has already finished."),
+        403: Error,
+        404: (Error, "No such confirm run, or not in the caller's projects."),
+    },
+    tags=("gpu",),
+)
+def confirm_cancel_view(request: HttpRequest, confirm_id: int) -> HttpResponse:
+    caller = authenticate(request)
+    if isinstance(caller, JsonResponse):
+        return caller
+    confirm = ConfirmRun.objects.filter(id=confirm_id, project__in=caller.projects()).first()
+    if confirm is None:
+        return error("no such confirm run", 404)
+    if not caller.can_write(confirm.project):
+        return error("you may read this project's runs but not cancel them", 403)
+    try:
+        confirm = confirm_cancel(confirm=confirm, user=caller.user)
+    except ConfirmRejected as rejected:
+        return error(str(rejected), 400)
     return JsonResponse(confirm_json(request, confirm))

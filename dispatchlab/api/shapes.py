@@ -21,8 +21,17 @@ from dispatchlab.reports.selectors import backend_filter_problem
 FailureClass = Literal[FAILURE_CLASSES]  # type: ignore[valid-type]
 ReportStatus = Literal["queued", "parsing", "done", "failed"]
 ConfirmStatus = Literal[
-    "waiting_for_host", "queued", "running", "parsing", "fixed", "still_fails", "garbage", "refused"
+    "waiting_for_host",
+    "queued",
+    "running",
+    "parsing",
+    "fixed",
+    "still_fails",
+    "garbage",
+    "refused",
+    "cancelled",
 ]
+Evidence = Literal["server", "kernel"]
 Severity = Literal[SEVERITIES]  # type: ignore[valid-type]
 Level = Literal[LEVELS]  # type: ignore[valid-type]
 # The knowledge base's areas are its folders (data/<area>/<id>.toml).
@@ -498,6 +507,33 @@ class ConfirmCreated(TypedDict):
     queue: str
     url: Url
     launch: Launch
+    joined: bool
+    """true when the same launch was already waiting or queued: this is that run, nothing new was queued"""
+
+
+@described
+class LauncherIdentity(TypedDict):
+    """What ran, as it identified itself."""
+
+    kind: Literal["server", "stand-in"]
+    """a stand-in is a dispatchlab repro program (repro:<name>), not the server"""
+    name: str
+    """sglang, vllm, or repro:<name>"""
+    label: str
+    """for people: sglang 0.5.23, the moe-serve stand-in"""
+    version: str | None
+    how: str
+    """how we know: reported by the server at /version, or inferred from the installed package"""
+    inferred: bool
+
+
+@open_ended
+class Weights(TypedDict):
+    kind: Literal["real", "dummy", "reference"]
+    """dummy: --load-format dummy; reference: a repro's own seeded weights; real: inferred when no
+    flag says otherwise"""
+    how: str
+    inferred: bool
 
 
 @described
@@ -522,6 +558,20 @@ class Confirm(TypedDict):
     ready_seconds: float | None
     smoke: dict[str, Any] | None
     throughput: list[dict[str, Any]]
+    throughput_unit: str
+    """tokens/s for a server; kernel steps/s for a stand-in (one MoE layer per step, no model)"""
+    evidence: Evidence
+    """server: the server itself ran; kernel: a stand-in ran the kernel path; it never closes a
+    failure group and never counts as a server confirmation"""
+    evidence_label: str
+    """in words: kernel-level confirm with the moe-serve stand-in on NVIDIA H200 sm_90 (reference weights)"""
+    launcher: LauncherIdentity
+    weights: Weights | None
+    """null until the worker answered"""
+    host_identity: dict[str, Any] | None
+    """{"name", "gpu", "arch", "gpu_count"} as the worker reported it"""
+    cancel_url: Url | None
+    """POST here to cancel while waiting, queued or running"""
     probes: list[dict[str, Any]]
     created_at: DateTime
     started_at: DateTime | None
@@ -656,6 +706,13 @@ class SignatureConfirmation(TypedDict):
     arch: str
     server: str
     server_version: str
+    """empty for a stand-in: no server ran"""
+    evidence: Evidence
+    """kernel for a stand-in run: kernel-level evidence, not a server confirmation"""
+    launcher: str
+    """what ran, for people: sglang 0.5.23, the moe-serve stand-in"""
+    weights: str
+    """real, dummy, reference or empty"""
     created_at: DateTime
     confirm: int | None
     """the confirm run (GET /api/v1/confirms/{id}) when it is in the caller's projects"""

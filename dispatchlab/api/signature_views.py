@@ -127,6 +127,9 @@ def signature(request: HttpRequest, signature_id: str) -> HttpResponse:
                     arch=item.arch,
                     server=item.server,
                     server_version=item.server_version,
+                    evidence=item.evidence,  # type: ignore[typeddict-item]
+                    launcher=item.launcher_label,
+                    weights=item.weights,
                     created_at=item.created_at.isoformat(),
                     confirm=item.confirm_id if item.confirm_id in visible else None,
                 )

@@ -16,6 +16,7 @@ urlpatterns = [
     path("v1/reports/<int:report_id>/redact", views.report_redact, name="report_redact"),
     path("v1/reports/<int:report_id>/confirm", gpu_views.report_confirm, name="report_confirm"),
     path("v1/confirms/<int:confirm_id>", gpu_views.confirm_detail, name="confirm"),
+    path("v1/confirms/<int:confirm_id>/cancel", gpu_views.confirm_cancel_view, name="confirm_cancel"),
     path("v1/hosts", gpu_views.hosts, name="hosts"),
     path("v1/decisions", decision_views.decisions, name="decisions"),
     path("v1/decisions/<int:decision_id>", decision_views.decision_detail, name="decision"),

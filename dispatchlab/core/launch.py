@@ -37,6 +37,12 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PYTHON = re.compile(r"(?:.*/)?python[\d.]*")
 # Flags the worker sets itself: it binds the server to a free local port.
 WORKER_OWNED_FLAGS = ("--host", "--port")
+# A flag whose removal leaves others meaningless: removing the key drops every flag that starts with
+# one of its prefixes (the `--speculative-*` values once `--speculative-algorithm` is gone).
+ORPHANED_BY: dict[str, tuple[str, ...]] = {
+    "speculative_algorithm": ("speculative_",),
+    "speculative_config": ("speculative_",),
+}
 # Fields of an args dump that are outputs of a launch, not inputs worth repeating.
 _DUMP_SKIP = {"host", "port", "served_model_name", "tokenizer_path", "model_config", "device"}
 
@@ -287,6 +293,7 @@ def apply_patch(launch: Launch, *, args: Mapping[str, Any], env: Mapping[str, An
         if value is False or value is None:
             if at is not None:
                 del options[at]
+            options = _without_orphans(options, key, launch.server, keep=args)
             continue
         new = Option(options[at].flag if at is not None else flag, _value_tokens(value))
         if at is None:
@@ -306,6 +313,30 @@ def apply_patch(launch: Launch, *, args: Mapping[str, Any], env: Mapping[str, An
         env=new_env,
         source=launch.source,
     )
+
+
+def _without_orphans(
+    options: list[Option], removed: str, server: str, *, keep: Mapping[str, Any]
+) -> list[Option]:
+    """`options` less those orphaned by removing the flag `removed` (a flag_key); flags the patch
+    itself sets to a value are kept."""
+    name = removed.lstrip("-").replace("-", "_")
+    prefixes = ORPHANED_BY.get(name) or ORPHANED_BY.get(removed) or ()
+    if not prefixes:
+        return options
+    kept_by_patch = {
+        (f if f.startswith("-") else f"--{f.replace('_', '-')}").lstrip("-").replace("-", "_")
+        for f, v in keep.items()
+        if v is not False and v is not None
+    }
+    return [
+        o
+        for o in options
+        if not (
+            (field := o.flag.lstrip("-").replace("-", "_")).startswith(prefixes)
+            and field not in kept_by_patch
+        )
+    ]
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,9 @@ def probe_figure(probes: list[dict[str, Any]], *, gpu_name: str | None = None) -
     )
 
 
-def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any] | None:
+def confirm_throughput_figure(
+    throughput: list[dict[str, Any]], *, unit: str = "tokens/s"
+) -> dict[str, Any] | None:
     """Output tokens/s of the fixed launch at each measured concurrency (1 and N), or None."""
     points = [
         p
@@ -197,7 +199,10 @@ def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any
     labels = [f"{p['concurrency']} concurrent" if p["concurrency"] > 1 else "1 request" for p in points]
     hovers = []
     for label, p in zip(labels, points, strict=True):
-        parts = [f"<b>{label}</b>", f"{p['tokens_per_s']:.1f} output tok/s"]
+        parts = [
+            f"<b>{label}</b>",
+            f"{p['tokens_per_s']:.1f} {'output tok/s' if unit == 'tokens/s' else unit}",
+        ]
         if isinstance(p.get("requests"), int):
             parts.append(f"{p['requests']} requests, {p.get('completion_tokens') or 0} tokens")
         if isinstance(p.get("seconds"), int | float):
@@ -209,7 +214,7 @@ def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any
         [
             {
                 "type": "bar",
-                "name": "output tok/s",
+                "name": "output tok/s" if unit == "tokens/s" else unit,
                 "x": labels,
                 "y": [round(float(p["tokens_per_s"]), 1) for p in points],
                 "text": [f"{p['tokens_per_s']:.0f}" for p in points],
@@ -224,7 +229,10 @@ def confirm_throughput_figure(throughput: list[dict[str, Any]]) -> dict[str, Any
             "height": 280,
             "margin": {"l": 60, "r": 20, "t": 30, "b": 40},
             "xaxis": {"type": "category"},
-            "yaxis": {"title": {"text": "output tokens/s"}, "rangemode": "tozero"},
+            "yaxis": {
+                "title": {"text": "output tokens/s" if unit == "tokens/s" else "kernel steps per second"},
+                "rangemode": "tozero",
+            },
             "showlegend": False,
         },
         meta={"concurrency": [p["concurrency"] for p in points]},

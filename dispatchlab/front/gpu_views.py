@@ -115,6 +115,12 @@ def confirm_sentence(confirm: ConfirmRun) -> str:
         result = confirm.result or {}
         ready = result.get("ready_seconds")
         took = f" in {ready:.0f} s" if isinstance(ready, int | float) else ""
+        if confirm.is_stand_in:
+            return (
+                f"Kernel path works ({confirm.evidence_label}): the stand-in became ready{took} and "
+                "its kernel steps matched the reference. Kernel-level evidence, not a server "
+                "confirmation: the failure group stays open until the server itself is confirmed."
+            )
         return f"Fixed: the launch became ready{took} and answered the smoke prompt sensibly."
     if status == ConfirmRun.Status.STILL_FAILS:
         return f"Still fails: {confirm.error}" if confirm.error else "Still fails."
@@ -122,6 +128,8 @@ def confirm_sentence(confirm: ConfirmRun) -> str:
         return f"Serves garbage: {_garbage_reason(confirm) or confirm.error}"
     if status == ConfirmRun.Status.REFUSED:
         return "Refused by the worker:"
+    if status == ConfirmRun.Status.CANCELLED:
+        return f"Cancelled: {confirm.error}." if confirm.error else "Cancelled."
     return str(confirm.get_status_display())
 
 
@@ -660,6 +668,7 @@ def _status_context(confirm: ConfirmRun) -> dict[str, Any]:
         "badge": confirm_badge(confirm),
         "sentence": confirm_sentence(confirm),
         "poll": STATUS_POLL if not confirm.is_finished else "",
+        "cancellable": confirm.status in ConfirmRun.CANCELLABLE,
     }
     if confirm.status in (ConfirmRun.Status.RUNNING, ConfirmRun.Status.PARSING):
         context["show_output"] = True
@@ -741,7 +750,12 @@ def confirm(request: HttpRequest, confirm_id: int) -> HttpResponse:
         "result": result,
         "smoke": _smoke(confirm),
         "throughput": _throughput_rows(confirm),
-        "throughput_fig": gpu_figures.confirm_throughput_figure(result.get("throughput") or []),
+        "throughput_fig": gpu_figures.confirm_throughput_figure(
+            result.get("throughput") or [], unit=confirm.throughput_unit
+        ),
+        "throughput_unit": confirm.throughput_unit,
+        "identity": confirm.launcher_identity,
+        "weights": confirm.weights,
         "probes": [_probe_row(p) for p in probes],
         "probe_fig": gpu_figures.probe_figure(probes, gpu_name=gpu_name),
         "allreduce": _allreduce_view(
@@ -755,11 +769,28 @@ def confirm(request: HttpRequest, confirm_id: int) -> HttpResponse:
         "versions": _versions((result.get("inventory") or {}).get("versions") or {}),
         "gpu_label": confirm.gpu_label,
     }
-    if confirm.is_finished and confirm.status != ConfirmRun.Status.REFUSED:
+    if confirm.is_finished and confirm.status not in (ConfirmRun.Status.REFUSED, ConfirmRun.Status.CANCELLED):
         context["output_tail"], context["output_cut"] = gpu_selectors.confirm_output_tail(
             confirm, lines=OUTPUT_TAIL_LINES
         )
     return render(request, "front/gpu/confirm.html", context)
+
+
+@login_required
+@require_http_methods(["POST"])
+def confirm_cancel(request: HttpRequest, confirm_id: int) -> HttpResponse:
+    """The page's Cancel button: a waiting, queued or running confirm is cancelled."""
+    from dispatchlab.gpu.services import ConfirmRejected
+    from dispatchlab.gpu.services import confirm_cancel as cancel
+
+    confirm = _confirm_or_404(request, confirm_id)
+    if not _can_start(request, confirm.report):
+        return HttpResponse("You may read this project's runs but not cancel them.", status=403)
+    try:
+        cancel(confirm=confirm, user=request.user)
+    except ConfirmRejected as rejected:
+        return HttpResponse(str(rejected), status=400)
+    return redirect("front:confirm", confirm_id=confirm.pk)
 
 
 # ---- compatibility ----

@@ -22,6 +22,7 @@ urlpatterns = [
     path("reports/<int:report_id>/confirm/", gpu_views.confirm_new, name="confirm_new"),
     path("confirms/<int:confirm_id>/", gpu_views.confirm, name="confirm"),
     path("confirms/<int:confirm_id>/status/", gpu_views.confirm_status, name="confirm_status"),
+    path("confirms/<int:confirm_id>/cancel/", gpu_views.confirm_cancel, name="confirm_cancel"),
     path("compat/", gpu_views.compat, name="compat"),
     # decision records
     path("decisions/", decision_views.decision_list, name="decisions"),

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from dispatchlab.core.launch import REPRO_PREFIX, SERVER_OF_LAUNCHER
 from dispatchlab.messaging.contract import HEARTBEAT_SECONDS, HOST_ALIVE_FACTOR
 from dispatchlab.reports.models import Project, Report
 
@@ -17,6 +18,14 @@ from dispatchlab.reports.models import Project, Report
 def alive_since() -> Any:
     """Hosts heard from after this moment are alive."""
     return timezone.now() - timedelta(seconds=HEARTBEAT_SECONDS * HOST_ALIVE_FACTOR)
+
+
+def evidence_words(*, stand_in: bool, launcher: str, gpu: str, weights: dict[str, Any]) -> str:
+    kind = "kernel-level confirm" if stand_in else "server confirm"
+    text = f"{kind} with {launcher}" + (f" on {gpu}" if gpu else "")
+    if weights.get("kind"):
+        text += f" ({weights['kind']} weights{', inferred' if weights.get('inferred') else ''})"
+    return text
 
 
 class GpuHost(models.Model):
@@ -64,8 +73,10 @@ class ConfirmRun(models.Model):
         STILL_FAILS = "still_fails", "still fails"
         GARBAGE = "garbage", "serves garbage"
         REFUSED = "refused", "refused"
+        CANCELLED = "cancelled", "cancelled"
 
-    FINISHED = (Status.FIXED, Status.STILL_FAILS, Status.GARBAGE, Status.REFUSED)
+    FINISHED = (Status.FIXED, Status.STILL_FAILS, Status.GARBAGE, Status.REFUSED, Status.CANCELLED)
+    CANCELLABLE = (Status.WAITING_FOR_HOST, Status.QUEUED, Status.RUNNING)
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="confirm_runs")
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="confirm_runs")
@@ -99,6 +110,9 @@ class ConfirmRun(models.Model):
         Report, null=True, blank=True, on_delete=models.SET_NULL, related_name="confirm_of"
     )
 
+    # Not stored: confirm_create sets it when a second confirm of the same launch joined this one.
+    joined = False
+
     class Meta:
         ordering = ["-created_at", "-id"]
 
@@ -115,6 +129,52 @@ class ConfirmRun(models.Model):
         if not gpus:
             return self.arch or ""
         return f"{gpus[0].get('name')} {gpus[0].get('arch') or ''}".strip()
+
+    @property
+    def is_stand_in(self) -> bool:
+        """A repro program ran, not the server: kernel-level evidence, whatever the worker said."""
+        identity = (self.result or {}).get("launcher_identity") or {}
+        return self.launcher.startswith(REPRO_PREFIX) or identity.get("kind") == "stand-in"
+
+    @property
+    def evidence(self) -> str:
+        """ "kernel" for a stand-in run, "server" for a run of the server itself."""
+        return "kernel" if self.is_stand_in else "server"
+
+    @property
+    def launcher_identity(self) -> dict[str, Any]:
+        """What ran, as the worker recorded it; before it answered, what the launch names."""
+        identity = (self.result or {}).get("launcher_identity")
+        if isinstance(identity, dict) and identity.get("label"):
+            return identity
+        if self.launcher.startswith(REPRO_PREFIX):
+            name = self.launcher[len(REPRO_PREFIX) :]
+            return {"kind": "stand-in", "name": self.launcher, "label": f"the {name} stand-in",
+                    "version": None, "how": "named by its launcher (the run has not reported yet)",
+                    "inferred": True}  # fmt: skip
+        server = SERVER_OF_LAUNCHER.get(self.launcher, self.launcher)
+        return {"kind": "server", "name": server, "label": server, "version": None,
+                "how": "named by its launcher (the run has not reported yet)", "inferred": True}  # fmt: skip
+
+    @property
+    def weights(self) -> dict[str, Any]:
+        weights = (self.result or {}).get("weights")
+        return weights if isinstance(weights, dict) else {}
+
+    @property
+    def throughput_unit(self) -> str:
+        return "kernel steps/s" if self.is_stand_in else "tokens/s"
+
+    @property
+    def evidence_label(self) -> str:
+        """In words: "kernel-level confirm with the moe-serve stand-in on H200 sm_90 (reference
+        weights)", "server confirm with sglang 0.5.23 on NVIDIA H200 sm_90 (real weights, inferred)"."""
+        return evidence_words(
+            stand_in=self.is_stand_in,
+            launcher=str(self.launcher_identity.get("label") or self.launcher),
+            gpu=self.gpu_label,
+            weights=self.weights,
+        )
 
 
 class ConfirmOutput(models.Model):
@@ -170,18 +230,31 @@ class SignatureConfirmation(models.Model):
     arch = models.CharField(max_length=20, blank=True)
     server = models.CharField(max_length=20, blank=True)
     server_version = models.CharField(max_length=100, blank=True)
+    # "server": the server itself ran; "kernel": a repro stand-in ran the kernel path, no model.
+    evidence = models.CharField(max_length=10, default="server")
+    launcher_label = models.CharField(max_length=200, blank=True)  # "the moe-serve stand-in"
+    weights = models.CharField(max_length=20, blank=True)  # real / dummy / reference
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["-created_at"]
 
     def label(self) -> str:
+        when = f"{self.created_at:%Y-%m-%d}"
+        where = f"{self.gpu_name} {self.arch}".strip()
+        if self.evidence == "kernel":
+            verb = {"fixed": "kernel path works", "garbage": "kernel path gives wrong results",
+                    "still_fails": "kernel path still fails"}.get(self.outcome, self.outcome)  # fmt: skip
+            who = self.launcher_label or "a stand-in"
+            weights = f", {self.weights} weights" if self.weights else ""
+            return f"{verb}: kernel-level confirm with {who} on {where or 'an unknown GPU'}{weights}, {when}"
         verb = {"fixed": "confirmed", "garbage": "serves garbage", "still_fails": "still fails"}.get(
             self.outcome, self.outcome
         )
         server = f"{self.server} {self.server_version}".strip()
-        where = ", ".join(part for part in (f"{self.gpu_name} {self.arch}".strip(), server) if part)
-        return f"{verb} on {where}, {self.created_at:%Y-%m-%d}"
+        where = ", ".join(part for part in (where, server) if part)
+        weights = f" ({self.weights} weights)" if self.weights and self.weights != "real" else ""
+        return f"{verb} on {where}{weights}, {when}"
 
 
 class SweepRun(models.Model):

@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.urls import reverse
 
+from dispatchlab.core.launch import REPRO_PREFIX
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
 from dispatchlab.gpu.models import ConfirmOutput, ConfirmRun, GpuHost, ProbeRun
 from dispatchlab.reports.selectors import projects_of
@@ -269,7 +270,7 @@ def _probe_component(probe: dict[str, Any]) -> str:
 @dataclass
 class Evidence:
     verdict: str  # "works" | "fails"
-    source: str  # "kb" | "confirm" | "probe"
+    source: str  # "kb" | "confirm" (the server ran) | "kernel" (a stand-in ran) | "probe"
     label: str  # what it is, short: "confirm 12 (fixed)"
     detail: str  # why, for the hover
     url: str
@@ -443,6 +444,7 @@ def _confirm_claims(user: User) -> list[_Claim]:
             "error",
             "finished_at",
             "host_name",
+            "launcher",
             "result_report__arch",
             "result_report__backend_values",
             "report__backend_values",
@@ -458,6 +460,14 @@ def _confirm_claims(user: User) -> list[_Claim]:
         fixed = row["status"] == ConfirmRun.Status.FIXED
         status = ConfirmRun.Status(row["status"]).label
         url = reverse("front:confirm", args=[row["id"]])
+        # A stand-in ran the kernel path, not the server: kernel evidence, never a server confirmation.
+        stand_in = str(row["launcher"]).startswith(REPRO_PREFIX)
+        source = "kernel" if stand_in else "confirm"
+        run = (
+            f"kernel-level confirm run {row['id']} with the {row['launcher'][len(REPRO_PREFIX) :]} stand-in"
+            if stand_in
+            else f"confirm run {row['id']}"
+        )
         for key, value in after.items():
             component = _key_component(str(key))
             if component is None or not isinstance(value, str) or value.lower() in NOT_A_BACKEND:
@@ -468,8 +478,8 @@ def _confirm_claims(user: User) -> list[_Claim]:
             where = f" on {row['host_name']}" if row["host_name"] else ""
             evidence = Evidence(
                 "works" if fixed else "fails",
-                "confirm",
-                f"confirm run {row['id']} ({status}){where}",
+                source,
+                f"{run} ({status}){where}",
                 f"{key}{model} = {value}" + ("" if fixed else f"; {row['error']}"),
                 url,
                 row["finished_at"],

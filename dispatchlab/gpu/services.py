@@ -45,6 +45,7 @@ from dispatchlab.messaging.contract import (
     PROBE_TASK,
     ConfirmJob,
     arch_queue,
+    cancel_queue,
     gpu_queue,
     host_queue,
 )
@@ -169,6 +170,7 @@ class ConfirmPlan:
     diff: list[DiffLine] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     reason: str = ""  # why no confirm can be built, for people
+    nothing_to_confirm: bool = False  # no diagnosis with a fix: only an edited launch may run
     probes: list[str] = field(default_factory=list)
     host_status: dict[str, Any] = field(default_factory=dict)
 
@@ -227,8 +229,24 @@ def confirm_plan(*, report: Report) -> ConfirmPlan:
     plan.diff = launch_diff(launch, plan.fixed)
     plan.problems = flag_problems(plan.fixed, version=report.server_version or None)
     if not match:
-        plan.reason = "no diagnosis with a fix: the launch runs as the log shows it (edit it below)"
+        plan.nothing_to_confirm = True
+        plan.reason = nothing_to_confirm_reason(document)
     return plan
+
+
+def nothing_to_confirm_reason(document: dict[str, Any]) -> str:
+    """Why a confirm of this report's launch as it is would be a blind re-run, and what to do instead."""
+    matches = document.get("matches") or []
+    diagnosis = (
+        f"the diagnosis ({matches[0].get('title') or matches[0].get('id')}) has no fix"
+        if matches
+        else "no diagnosis with a fix explains this crash"
+    )
+    return (
+        f"nothing to confirm: {diagnosis}, so the launch would re-run exactly as it crashed. Run the "
+        "backend sweep for the failing component (`python -m worker sweep REPORT_OR_LOG --component "
+        "moe|attention|gemm|sampling`) or edit the launch below (a backend, a flag) and confirm that"
+    )
 
 
 def _job_settings() -> dict[str, int]:
@@ -277,10 +295,28 @@ def confirm_create(
         check_launch(launch)
     except LaunchError as error:
         raise ConfirmRejected(str(error)) from None
+    if plan.nothing_to_confirm and plan.launch is not None and _same_launch(launch, plan.launch):
+        raise ConfirmRejected(plan.reason or nothing_to_confirm_reason(report.document or {}))
     arch = report.arch or None
     queue = arch_queue(arch)
     waiting = not hosts_for_queue(queue)
     with transaction.atomic():
+        # The same launch already waiting for a host or in the queue: join it, do not queue it twice.
+        joined = (
+            ConfirmRun.objects.select_for_update()
+            .filter(
+                report=report,
+                status__in=[ConfirmRun.Status.WAITING_FOR_HOST, ConfirmRun.Status.QUEUED],
+                launcher=launch.launcher,
+                args=launch.args(),
+                env=dict(launch.env),
+            )
+            .order_by("created_at", "id")
+            .first()
+        )
+        if joined is not None:
+            joined.joined = True
+            return joined
         confirm = ConfirmRun.objects.create(
             project=report.project,
             report=report,
@@ -312,6 +348,43 @@ def confirm_create(
         confirm.save(update_fields=["job"])
         transaction.on_commit(lambda: _send(CONFIRM_TASK, {"job": dict(job)}, queue), robust=True)
     return confirm
+
+
+def _same_launch(a: Launch, b: Launch) -> bool:
+    return a.launcher == b.launcher and a.args() == b.args() and dict(a.env) == dict(b.env)
+
+
+def confirm_cancel(*, confirm: ConfirmRun, user: AbstractBaseUser | None) -> ConfirmRun:
+    """Cancel a waiting, queued or running confirm: it is marked cancelled at once and the worker
+    that holds (or will take) it hears so on the confirm's cancel queue and stops the launch's whole
+    process group. ConfirmRejected when it has already finished."""
+    with transaction.atomic():
+        locked = ConfirmRun.objects.select_for_update().get(pk=confirm.pk)
+        if locked.status not in ConfirmRun.CANCELLABLE:
+            raise ConfirmRejected(
+                f"confirm run {locked.pk} is {locked.get_status_display()}: only a waiting, queued or "
+                "running confirm can be cancelled"
+            )
+        was = locked.get_status_display()
+        who = getattr(user, "username", "") if user is not None and user.is_authenticated else ""
+        locked.status = ConfirmRun.Status.CANCELLED
+        locked.error = f"cancelled while {was}" + (f" by {who}" if who else "")
+        locked.finished_at = timezone.now()
+        locked.save(update_fields=["status", "error", "finished_at"])
+        confirm_id = locked.pk
+        transaction.on_commit(lambda: _send_cancel(confirm_id), robust=True)
+    return locked
+
+
+def _send_cancel(confirm_id: int) -> None:
+    from dispatchlab.config.celery import app
+
+    with app.connection_for_write() as connection:
+        queue = connection.SimpleQueue(cancel_queue(confirm_id), serializer="json")
+        try:
+            queue.put({"confirm_id": confirm_id})
+        finally:
+            queue.close()
 
 
 def confirm_started(*, payload: dict[str, Any]) -> None:
@@ -372,9 +445,10 @@ def confirm_finished(*, payload: dict[str, Any], allow_missing: bool = False) ->
     confirm.host_name = str(payload.get("host") or confirm.host_name)[:200]
     confirm.result = {k: v for k, v in payload.items() if k != "confirm_id"}
     confirm.argv = [str(a) for a in payload.get("argv") or confirm.argv]
-    if payload.get("status") == "refused":
-        confirm.status = ConfirmRun.Status.REFUSED
-        confirm.error = str(payload.get("error") or "refused by the worker")
+    if payload.get("status") in ("refused", "cancelled"):
+        cancelled = payload.get("status") == "cancelled"
+        confirm.status = ConfirmRun.Status.CANCELLED if cancelled else ConfirmRun.Status.REFUSED
+        confirm.error = str(payload.get("error") or ("cancelled" if cancelled else "refused by the worker"))
         confirm.finished_at = timezone.now()
         confirm.save()
         return confirm
@@ -459,9 +533,20 @@ def confirm_report_parsed(*, report_id: int) -> ConfirmRun | None:
         confirm.error = error
         confirm.finished_at = timezone.now()
         confirm.save(update_fields=["status", "error", "finished_at"])
+        identity = confirm.launcher_identity
+        stand_in = confirm.is_stand_in
         if confirm.signature_id:
             versions = (result.get("inventory") or {}).get("versions") or {}
-            server = report.server if report.server in ("sglang", "vllm") else ""
+            if stand_in:
+                server, server_version = "", ""
+            else:
+                # The server as it identified itself; else what the new report's log says.
+                server = str(identity.get("name") or "")
+                server = server if server in ("sglang", "vllm") else report.server or ""
+                server = server if server in ("sglang", "vllm") else ""
+                server_version = str(identity.get("version") or "") or (
+                    report.server_version or str(versions.get(server) or "")
+                )
             SignatureConfirmation.objects.update_or_create(
                 confirm=confirm,
                 defaults={
@@ -470,10 +555,14 @@ def confirm_report_parsed(*, report_id: int) -> ConfirmRun | None:
                     "gpu_name": str(gpus[0].get("name") or "") if gpus else "",
                     "arch": str(gpus[0].get("arch") or "") if gpus else confirm.arch,
                     "server": server,
-                    "server_version": report.server_version or str(versions.get(server) or ""),
+                    "server_version": server_version[:100],
+                    "evidence": confirm.evidence,
+                    "launcher_label": str(identity.get("label") or confirm.launcher)[:200],
+                    "weights": str(confirm.weights.get("kind") or "")[:20],
                 },
             )
-        if status == ConfirmRun.Status.FIXED and confirm.report.group is not None:
+        # A stand-in shows the kernel path works, not that the server is fixed: the group stays open.
+        if status == ConfirmRun.Status.FIXED and not stand_in and confirm.report.group is not None:
             from dispatchlab.notify.models import GroupClosure
             from dispatchlab.notify.services import group_close
 

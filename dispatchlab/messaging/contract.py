@@ -11,6 +11,10 @@ figures), never model instances or file bytes.
     confirms.output  worker -> dashboard   {"confirm_id", "seq", "text"}: the launch's output, in order
     confirms.finished worker -> dashboard  ConfirmOutcome
     probes.finished  worker -> dashboard   {"probe_run_id" or null, "host", "probes": [...], "inventory"}
+
+A cancel is not a task (a worker runs one job at a time and would only read it afterwards): the
+dashboard puts {"confirm_id"} on the plain queue `cancel_queue(confirm_id)`, which the worker running
+(or about to run) that confirm reads before it starts and every second while the launch runs.
 """
 
 from __future__ import annotations
@@ -49,6 +53,11 @@ def arch_queue(arch: str | None) -> str:
 def host_queue(host: str) -> str:
     """Every worker also consumes a queue of its own, so a host can be asked directly."""
     return f"{gpu_queue()}.host.{host}"
+
+
+def cancel_queue(confirm_id: int) -> str:
+    """The queue a cancel of one confirm run is put on (kombu SimpleQueue, JSON)."""
+    return f"{gpu_queue()}.cancel.{int(confirm_id)}"
 
 
 class LaunchSpec(TypedDict):
@@ -90,7 +99,7 @@ class Heartbeat(TypedDict):
 class ConfirmOutcome(TypedDict, total=False):
     confirm_id: int
     host: str
-    status: str  # "finished" (the launch ran; the dashboard judges it) or "refused"
+    status: str  # "finished" (the launch ran; the dashboard judges it), "refused" or "cancelled"
     error: str
     argv: list[str]
     exit_code: int | None
@@ -104,3 +113,9 @@ class ConfirmOutcome(TypedDict, total=False):
     inventory: dict[str, Any]
     duration_s: float
     output_pieces: int  # how many confirms.output pieces were sent, so none is missed
+    # What ran, as it identified itself: {"kind": "server" | "stand-in", "name", "label", "version",
+    # "how", "inferred"}; a stand-in (repro:<name>) is kernel-level evidence.
+    launcher_identity: dict[str, Any]
+    weights: dict[str, Any]  # {"kind": "real" | "dummy" | "reference", "how", "inferred"}
+    host_identity: dict[str, Any]  # {"name", "gpu", "arch", "gpu_count"}
+    throughput_unit: str  # "tokens/s" for a server, "kernel steps/s" for a stand-in

@@ -41,7 +41,7 @@ CRASH_COMMAND = [
     "--moe-runner-backend",
     "flashinfer_trtllm",
 ]
-FINISHED = {"fixed", "still_fails", "garbage", "refused"}
+FINISHED = {"fixed", "still_fails", "garbage", "refused", "cancelled"}
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +134,11 @@ def test_a_crash_confirmed_with_a_working_backend_is_fixed_with_a_report_of_its_
     assert confirm["smoke"]["text"].strip().startswith("Paris.")
     assert {p["concurrency"] for p in confirm["throughput"]} == {1, 4}
     assert all(p["tokens_per_s"] > 0 for p in confirm["throughput"])
+    # The stand-in is labelled as one: kernel evidence, kernel steps per second, reference weights.
+    assert confirm["evidence"] == "kernel" and confirm["throughput_unit"] == "kernel steps/s"
+    assert confirm["evidence_label"].startswith("kernel-level confirm with the moe-serve stand-in")
+    assert confirm["launcher"]["how"].startswith("it identified itself in its log")
+    assert confirm["weights"]["kind"] == "reference"
     argv = confirm["argv"]
     assert argv[argv.index("--moe-runner-backend") + 1] == "torch"
     new = stack.get(confirm["new_report"])
@@ -155,8 +160,20 @@ def test_dummy_weights_are_confirmed_as_garbage_with_the_reason(stack: Stack, cr
     assert confirm["error"].startswith("the server answers garbage")
 
 
-def test_the_unchanged_launch_still_fails_and_names_the_new_diagnosis(stack: Stack, crash_report):
-    status, created = api(stack, "POST", f"/api/v1/reports/{crash_report['id']}/confirm", {"args": {}})
+def test_the_unchanged_launch_of_a_diagnosis_without_a_fix_is_refused_with_the_reason(
+    stack: Stack, crash_report
+):
+    status, answer = api(stack, "POST", f"/api/v1/reports/{crash_report['id']}/confirm", {"args": {}})
+    assert status == 400, answer
+    assert answer["error"].startswith("nothing to confirm: the diagnosis") and "has no fix" in answer["error"]
+    assert "backend sweep" in answer["error"] and "edit the launch" in answer["error"]
+
+
+def test_an_edited_launch_that_keeps_the_crashing_backend_still_fails_and_names_the_new_diagnosis(
+    stack: Stack, crash_report
+):
+    body = {"args": {"--cuda-graph-max-bs": "4"}}
+    status, created = api(stack, "POST", f"/api/v1/reports/{crash_report['id']}/confirm", body)
     assert status == 201, created
     confirm = wait_confirm(stack, created["id"])
     assert confirm["status"] == "still_fails", confirm
@@ -218,3 +235,42 @@ def test_a_job_for_an_arch_without_a_live_host_waits_in_its_queue(stack: Stack, 
     assert client.llen(queue) == 1
     _, again = api(stack, "GET", f"/api/v1/confirms/{created['id']}")
     assert again["status"] == "waiting_for_host"
+
+
+def test_a_running_confirm_cancelled_through_the_api_stops_on_the_worker(stack: Stack, crash_report):
+    status, created = api(
+        stack,
+        "POST",
+        f"/api/v1/reports/{crash_report['id']}/confirm",
+        {"args": {"--moe-runner-backend": "torch", "--random-seed": "8675309"}},
+    )
+    assert status == 201, created
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        _, answer = api(stack, "GET", f"/api/v1/confirms/{created['id']}")
+        if answer["status"] != "queued" and answer["status"] != "waiting_for_host":
+            break
+        time.sleep(0.2)
+    assert answer["status"] == "running", answer
+    status, cancelled = api(stack, "POST", f"/api/v1/confirms/{created['id']}/cancel")
+    assert status == 200 and cancelled["status"] == "cancelled", cancelled
+
+    def gone() -> bool:
+        for path in _cmdlines():
+            try:
+                if b"8675309" in path.read_bytes():
+                    return False
+            except OSError:
+                continue
+        return True
+
+    deadline = time.monotonic() + 30
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert gone(), "the cancelled launch's processes are still running"
+
+
+def _cmdlines() -> list[Any]:
+    from pathlib import Path
+
+    return [entry / "cmdline" for entry in Path("/proc").iterdir() if entry.name.isdigit()]

@@ -137,6 +137,7 @@ def queued(monkeypatch) -> list[str]:
     """What would have gone to the broker: the functions the other tests patch, recording instead."""
     calls: list[str] = []
     monkeypatch.setattr(gpu_services, "_send", lambda task, kwargs, queue: calls.append(f"gpu {task}"))
+    monkeypatch.setattr(gpu_services, "_send_cancel", lambda confirm_id: calls.append("gpu cancel"))
     monkeypatch.setattr(notify_services, "_enqueue", lambda delivery_id: calls.append("notify delivery"))
     monkeypatch.setattr(report_services, "_enqueue", lambda report_id: calls.append("report analyze"))
     monkeypatch.setattr(
@@ -276,6 +277,8 @@ BODIES: dict[tuple[str, str], Callable[[World], Any]] = {
     ("api:reports", "POST"): lambda w: {"project": "acme", "title": "matrix upload", "file": _upload()},
     ("api:ci_hook", "POST"): lambda w: ("json", {"log": "a CI log without a signature"}),
     ("api:report_confirm", "POST"): lambda w: ("json", {"command": COMMAND}),
+    ("api:confirm_cancel", "POST"): lambda w: ("json", {}),
+    ("front:confirm_cancel", "POST"): lambda w: {},
     ("api:report_redact", "POST"): lambda w: ("json", {"pattern": "secret"}),
     ("front:redact", "POST"): lambda w: {"mode": "pattern", "pattern": "secret"},
     ("api:decisions", "POST"): lambda w: ("json", {"project": "acme", "title": "recorded"}),

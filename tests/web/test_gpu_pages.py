@@ -287,7 +287,14 @@ def test_the_confirm_form_shows_the_fix_as_a_diff_of_the_launch(alice_client, cr
     body = page(alice_client, reverse("front:confirm_new", args=[crash.pk]))
     diff = body.split('id="launch-diff"', 1)[1].split("</section>", 1)[0]
     removed = re.findall(r'diff-removed">.*?<code>(.*?)</code>', diff)
-    assert removed == ["--speculative-algorithm EAGLE"]
+    # Without --speculative-algorithm the other --speculative-* flags mean nothing: they go too.
+    assert removed == [
+        "--speculative-algorithm EAGLE",
+        "--speculative-num-steps 1",
+        "--speculative-eagle-topk 1",
+        "--speculative-num-draft-tokens 2",
+        "--speculative-moe-runner-backend triton",
+    ]
     changed = re.search(
         r'diff-changed">.*?<code class="before">(.*?)</code>.*?<code class="after">(.*?)</code>', diff
     )
@@ -703,3 +710,94 @@ def test_a_report_without_a_finished_confirm_draws_no_probe_chart(alice_client, 
     _run(crash, status=ConfirmRun.Status.RUNNING, result=FINISHED)
     body = page(alice_client, reverse("front:report", args=[crash.pk]))
     assert "report-probe-fig" not in body
+
+
+# ---------------------------------------------------------------- evidence says what ran (issue 18)
+
+STAND_IN_RESULT = {
+    **FINISHED,
+    "smoke": {"prompt": "The capital of France is", "text": "Paris.", "garbage": {"garbage": False}},
+    "inventory": {"gpus": [{"name": "NVIDIA H200", "arch": "sm_90"}], "versions": {}},
+    "launcher_identity": {"kind": "stand-in", "name": "repro:moe-serve", "label": "the moe-serve stand-in",
+                          "version": None, "how": "it identified itself in its log", "inferred": False},
+    "weights": {"kind": "reference", "how": "the repro's own seeded reference weights", "inferred": False},
+    "throughput_unit": "kernel steps/s",
+}  # fmt: skip
+
+
+def test_a_stand_in_confirm_page_says_kernel_level_evidence_and_kernel_steps_per_second(
+    alice_client, crash, make_report
+):
+    run = _run(crash, status=ConfirmRun.Status.FIXED, launcher="repro:moe-serve", host_name="h200",
+               result=STAND_IN_RESULT, result_report=make_report(crash.project), finished_at=timezone.now())  # fmt: skip
+    body = page(alice_client, reverse("front:confirm", args=[run.pk]))
+    shown = text_of(body)
+    assert (
+        "Kernel-level confirm with the moe-serve stand-in on NVIDIA H200 sm_90 (reference weights)" in shown
+    )
+    assert "Kernel path works" in shown and "Fixed: the launch" not in shown
+    assert "the failure group stays open" in shown
+    head = text_of(body.split('id="throughput"', 1)[1].split("</thead>", 1)[0])
+    assert "kernel steps per second errors" in head and "tokens/s" not in head.split(")", 1)[1]
+    ran = text_of(body.split('id="what-ran"', 1)[1].split("</dl>", 1)[0])
+    assert "the moe-serve stand-in" in ran and "reference (the repro's own seeded reference weights)" in ran
+
+
+def test_a_stand_in_run_is_kernel_evidence_in_the_matrix_never_a_server_confirmation(
+    alice, crash, make_report, make_document
+):
+    after = make_document(
+        gpu={"name": "NVIDIA H200", "arch": "sm_90", "count": 1},
+        backends={"moe_runner_backend": "flashinfer_cutlass"},
+        draft_backends={},
+    )
+    new = make_report(crash.project, document=after)
+    _run(crash, status="fixed", launcher="repro:moe-serve", result_report=new, finished_at=timezone.now())
+    cell = _cell(compat_matrix(alice), "moe", "flashinfer_cutlass", "sm_90")
+    assert cell.verdict == "works" and cell.source == "kernel"
+    assert all(e.source != "confirm" for e in cell.evidence)
+    assert "kernel-level confirm run" in cell.deciding.label and "moe-serve stand-in" in cell.deciding.label
+
+
+def test_a_waiting_confirm_has_a_cancel_button_that_cancels_it(alice_client, crash, monkeypatch):
+    told: list[int] = []
+    monkeypatch.setattr(services, "_send_cancel", told.append)
+    run = _run(crash, status=ConfirmRun.Status.WAITING_FOR_HOST)
+    body = page(alice_client, reverse("front:confirm", args=[run.pk]))
+    assert reverse("front:confirm_cancel", args=[run.pk]) in body and "Cancel this confirm" in body
+    answer = alice_client.post(reverse("front:confirm_cancel", args=[run.pk]))
+    assert answer.status_code == 302
+    run.refresh_from_db()
+    assert run.status == ConfirmRun.Status.CANCELLED
+    body = page(alice_client, reverse("front:confirm", args=[run.pk]))
+    assert "Cancelled: cancelled while waiting for a host by alice." in text_of(body)
+    assert "Cancel this confirm" not in body
+
+
+def test_a_viewer_cannot_cancel_a_confirm(bob_client, crash):
+    run = _run(crash, status=ConfirmRun.Status.QUEUED)
+    assert bob_client.post(reverse("front:confirm_cancel", args=[run.pk])).status_code == 403
+    run.refresh_from_db()
+    assert run.status == ConfirmRun.Status.QUEUED
+
+
+def test_the_confirm_form_of_a_diagnosis_without_a_fix_says_there_is_nothing_to_confirm(
+    alice_client, acme, make_report, sent
+):
+    document = copy.deepcopy(_canonical_document())
+    for match in document["matches"]:
+        match["fix"] = {}
+    report = make_report(acme, document=document)
+    body = page(alice_client, reverse("front:confirm_new", args=[report.pk]))
+    banner = text_of(body.split('id="nothing-to-confirm"', 1)[1].split("</div>", 1)[0])
+    assert (
+        "Nothing to confirm: the diagnosis" in banner
+        and "has no fix" in banner
+        and "backend sweep" in banner
+        and "edit the launch" in banner
+    )
+    assert "Queue the edited launch" in body
+    command = html.unescape(re.search(r"<textarea[^>]*>(.*?)</textarea>", body, re.S).group(1))
+    answer = alice_client.post(reverse("front:confirm_new", args=[report.pk]), {"command": command})
+    assert answer.status_code == 400 and "nothing to confirm" in text_of(answer.content.decode())
+    assert sent == [] and not ConfirmRun.objects.exists()

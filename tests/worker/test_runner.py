@@ -114,6 +114,12 @@ def test_a_working_backend_comes_up_answers_sensibly_and_is_measured(config):
     assert outcome["output_pieces"] == len([1 for task, _ in sent if task == CONFIRM_OUTPUT_TASK])
     assert outcome["stopped_by"] == "dispatchlab after the checks"
     assert processes_with("987123") == []  # the server's whole process group is gone
+    # What ran, said plainly: the stand-in as its log named itself, its own reference weights.
+    identity = outcome["launcher_identity"]
+    assert identity["kind"] == "stand-in" and identity["label"] == "the moe-serve stand-in"
+    assert identity["how"].startswith("it identified itself in its log: ") and not identity["inferred"]
+    assert outcome["weights"]["kind"] == "reference" and outcome["throughput_unit"] == "kernel steps/s"
+    assert outcome["host_identity"]["name"] == "cpu-test"
 
 
 def test_dummy_weights_serve_noise_that_the_garbage_check_names(config):
@@ -133,6 +139,11 @@ def test_dummy_weights_serve_noise_that_the_garbage_check_names(config):
     assert outcome["ready"] is True
     verdict = outcome["smoke"]["garbage"]
     assert verdict["garbage"] is True and verdict["reason"]
+    assert outcome["weights"] == {
+        "kind": "dummy",
+        "how": "--load-format dummy (random weights)",
+        "inferred": False,
+    }
 
 
 def test_a_backend_that_cannot_load_crashes_before_ready_with_its_traceback_in_the_output(config):
@@ -217,3 +228,77 @@ def test_a_job_that_breaks_the_worker_still_ends_with_a_terminal_status(monkeypa
     ((task, payload),) = sent
     assert task == CONFIRM_FINISHED_TASK and payload["confirm_id"] == 11 and payload["status"] == "refused"
     assert "RecursionError" in payload["error"]
+
+
+def test_a_cancel_while_the_launch_runs_stops_its_whole_process_group(config):
+    asked: list[float] = []
+
+    def cancelled() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) >= 2  # the second look (a second in) finds the cancel
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    started = time.monotonic()
+    outcome = run_confirm(
+        job("--model-path", TOY, "--device", "cpu", "--dtype", "float32", "--moe-runner-backend", "torch",
+            "--random-seed", "456789"),
+        config,
+        lambda task, payload: sent.append((task, payload)),
+        inventory={},
+        cancelled=cancelled,
+    )  # fmt: skip
+    assert outcome["status"] == "cancelled" and "process group was stopped" in outcome["error"]
+    assert time.monotonic() - started < 30
+    assert sent[-1][0] == CONFIRM_FINISHED_TASK and sent[-1][1]["status"] == "cancelled"
+    assert processes_with("456789") == []
+
+
+def test_a_job_cancelled_before_it_starts_runs_nothing(config):
+    sent: list[tuple[str, dict[str, Any]]] = []
+    result = run_confirm(
+        job("--model-path", TOY, "--device", "cpu"),
+        config,
+        lambda task, payload: sent.append((task, payload)),
+        inventory={},
+        cancelled=lambda: True,
+    )
+    assert result["status"] == "cancelled" and result["error"] == "cancelled before it started"
+    assert [task for task, _ in sent] == [CONFIRM_FINISHED_TASK]
+
+
+@pytest.mark.parametrize(
+    ("launcher", "args", "kind", "how"),
+    [
+        ("sglang", ["--model-path", "/models/m", "--load-format", "dummy"], "dummy", "--load-format dummy"),
+        ("sglang", ["--model-path", "/models/m"], "real", "inferred: no --load-format dummy, weights read from /models/m"),
+        ("vllm", ["/models/m"], "real", "inferred: no --load-format dummy, weights read from /models/m"),
+        ("repro:moe-serve", ["--model-path", "/x"], "reference", "the repro's default --load-format reference"),
+    ],
+)  # fmt: skip
+def test_the_weights_say_how_we_know_and_say_inferred_when_inferred(launcher, args, kind, how):
+    from dispatchlab.core.launch import launch_from_spec
+    from worker.runner import weights_kind
+
+    weights = weights_kind(launch_from_spec({"launcher": launcher, "args": args, "env": {}}))
+    assert weights["kind"] == kind and weights["how"].startswith(how)
+    assert weights["inferred"] is (kind == "real")
+
+
+def test_a_server_that_reports_no_version_is_named_with_the_installed_one_marked_inferred():
+    from dispatchlab.core.launch import launch_from_spec
+    from worker.policy import ApprovedLaunch
+    from worker.runner import launcher_identity
+
+    launch = launch_from_spec({"launcher": "sglang", "args": ["--model-path", "/m"], "env": {}})
+    approved = ApprovedLaunch(
+        launch=launch, program=["python", "-m", "sglang.launch_server"], server_version="0.5.23"
+    )
+    identity = launcher_identity(approved, base_url="http://127.0.0.1:9", log_lines=[])
+    assert identity == {
+        "kind": "server",
+        "name": "sglang",
+        "label": "sglang 0.5.23",
+        "version": "0.5.23",
+        "how": "inferred: the version installed for the launcher's Python",
+        "inferred": True,
+    }

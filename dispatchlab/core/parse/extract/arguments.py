@@ -23,6 +23,8 @@ _LAUNCH = (
     r"python[\d.]*\s+-m\s+vllm\.entrypoints\.openai\.api_server|(?:^|[\s$>#])vllm\s+serve\s)"
 )
 _SGLANG_LINE_START = re.compile(r"^\[\d{4}-\d\d-\d\d ")
+# Variable assignments right before the program (`env A=1 B=2 `), up to where it starts.
+ENV_PREFIX = re.compile(r"(?:\benv\s+)?(?:\b[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+$")
 COMMAND_START = re.compile(r"(\S*python[\d.]*\s+-m\s+\S+|sglang\s+serve|vllm\s+serve)")
 
 
@@ -99,7 +101,10 @@ class Arguments:
         m = COMMAND_START.search(text)
         if not m:
             return
-        command = text[m.start() :]
+        # Keep the environment prefix (`SGLANG_X=1 python -m ...`): it is part of the launch.
+        before = max(0, m.start() - 2000)
+        prefix = ENV_PREFIX.search(text, before, m.start())
+        command = text[prefix.start() if prefix else m.start() :]
         pieces = iter(following.split(b"\n")[:200])
         while command.rstrip().endswith("\\"):
             raw = next(pieces, None)
