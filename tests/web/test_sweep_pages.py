@@ -81,13 +81,6 @@ def worker_result() -> dict[str, Any]:
         "arch": "sm_120",
         "timing": "CUDA events, median of 50 after 10 warm-ups",
         "tolerance": {"atol": 0.01, "rtol": 0.01},
-        "shapes": {
-            "hidden_size": 4096,
-            "num_experts": 256,
-            "top_k": 6,
-            "moe_intermediate_size": 512,
-            "tokens": 256,
-        },
         "candidates": candidates,
         "proposed_fix": FIX,
         "notes": [],
