@@ -734,3 +734,50 @@ class Signature(SignatureSummary):
     """newest first"""
     decisions: list[DecisionRef]
     """decision records of the caller's projects linked to this signature"""
+
+
+# ---------------------------------------------------------------- backend sweeps
+
+SweepStatus = Literal["queued", "done", "failed"]
+SweepComponent = Literal["moe", "attention", "gemm", "sampling"]
+
+
+@described
+class SweepBody(TypedDict, total=False):
+    """Optional; without a component the one the crash names is swept (as the report page pre-selects)."""
+
+    component: SweepComponent
+    """the component whose backends are swept"""
+
+
+@described
+class SweepCreated(TypedDict):
+    id: int
+    status: SweepStatus
+    """queued until a GPU worker of the report's arch answers; the worker does not say when it starts"""
+    arch: str | None
+    queue: str
+    component: SweepComponent
+    url: Url
+
+
+@described
+class Sweep(TypedDict):
+    id: int
+    status: SweepStatus
+    error: str | None
+    """why the sweep did not run (status failed)"""
+    report: int
+    component: SweepComponent
+    arch: str | None
+    queue: str
+    host: str | None
+    shapes: dict[str, Any]
+    """the shapes read from the report: values, and where each came from (args, config, inferred, default)"""
+    result: dict[str, Any] | None
+    """the worker's sweep report (CONTRACT.md, "The backend sweep"): candidates ranked, proposed_fix"""
+    proposed_fix: dict[str, Any] | None
+    """the fastest correct candidate's server flag: {candidate, flag, value, args_patch, ms, why}"""
+    created_at: DateTime
+    finished_at: DateTime | None
+    url: Url

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dispatchlab.front import decision_views, gpu_views, notify_views, redact_views, views
+from dispatchlab.front import decision_views, gpu_views, notify_views, redact_views, sweep_views, views
 
 app_name = "front"
 
@@ -24,6 +24,11 @@ urlpatterns = [
     path("confirms/<int:confirm_id>/status/", gpu_views.confirm_status, name="confirm_status"),
     path("confirms/<int:confirm_id>/cancel/", gpu_views.confirm_cancel, name="confirm_cancel"),
     path("compat/", gpu_views.compat, name="compat"),
+    # the backend sweep
+    path("reports/<int:report_id>/sweep/", sweep_views.sweep_new, name="sweep_new"),
+    path("sweeps/<int:sweep_id>/", sweep_views.sweep, name="sweep"),
+    path("sweeps/<int:sweep_id>/status/", sweep_views.sweep_status, name="sweep_status"),
+    path("sweeps/<int:sweep_id>/confirm/", sweep_views.sweep_confirm, name="sweep_confirm"),
     # decision records
     path("decisions/", decision_views.decision_list, name="decisions"),
     path("decisions/new/", decision_views.decision_new, name="decision_new"),

@@ -1,8 +1,11 @@
 """The backend sweep's services: create a sweep of a report's component (shapes read from its document),
-queue it to `gpu.<arch>`, store the worker's answer. Thin tasks in sweep_tasks.py call these."""
+queue it to `gpu.<arch>`, store the worker's answer, and confirm the full launch with the backend the
+sweep proposes (through the confirm service). Thin tasks in sweep_tasks.py call these."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -16,7 +19,76 @@ from dispatchlab.reports.models import Report
 
 
 class SweepRejected(ValueError):
-    """The sweep cannot be asked for (unknown component, report not parsed)."""
+    """The sweep cannot be asked for (unknown component, report not parsed), or its proposed fix cannot
+    be confirmed (no proposed fix). For people."""
+
+
+# The server flags that choose each component's backend (SGLang and vLLM spellings, without dashes).
+COMPONENT_FLAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("moe", ("moe-runner-backend", "moe-backend", "moe-a2a-backend", "all2all-backend")),
+    ("sampling", ("sampling-backend",)),
+    ("attention", ("attention-backend", "mm-attention-backend", "mla-backend")),
+    ("gemm", ("gemm-runner-backend", "gemm-backend")),
+)
+# Words of a diagnosis or a crash that name a component, strongest first within each source.
+COMPONENT_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("moe", ("moe", "expert", "cutedsl", "cutlass_fused")),
+    ("sampling", ("sampling", "sampler", "top_p", "top-p", "min_p")),
+    ("attention", ("attention", "attn", "fa3", "flashmla", "mla", "sdpa", "fmha", "prefill", "decode")),
+    ("gemm", ("gemm", "matmul", "cublas", "scaled_mm", "fp8", "fp4", "nvfp4", "mxfp4")),
+)
+
+
+@dataclass(frozen=True)
+class ComponentGuess:
+    """The component a crash names, and why, in words (the report page pre-selects it)."""
+
+    component: str
+    why: str
+    guessed: bool = True  # False: nothing named one; `component` is the first of COMPONENTS
+
+
+def _flag_component(flag: str) -> str | None:
+    name = flag.lstrip("-").replace("_", "-")
+    for component, flags in COMPONENT_FLAGS:
+        if any(name == f or name.endswith("-" + f) for f in flags):
+            return component
+    return None
+
+
+def _word_component(text: str) -> tuple[str, str] | None:
+    lowered = text.lower()
+    for component, words in COMPONENT_WORDS:
+        for word in words:
+            if re.search(rf"(?<![a-z0-9]){re.escape(word)}", lowered):
+                return component, word
+    return None
+
+
+def sweep_component_for(document: dict[str, Any]) -> ComponentGuess:
+    """The component to sweep for a crash: the backend flag the top diagnosis's fix changes, else a
+    word of the diagnosis (id, title), else of the crash (exception, message, kernels)."""
+    matches = [m for m in document.get("matches") or [] if isinstance(m, dict)]
+    top = matches[0] if matches else {}
+    for match in matches:
+        fix = match.get("fix") if isinstance(match.get("fix"), dict) else {}
+        for flag in fix.get("args") or {}:
+            component = _flag_component(str(flag))
+            if component:
+                return ComponentGuess(component, f"the diagnosis's fix changes {flag}")
+    diagnosis = " ".join(str(top.get(key) or "") for key in ("id", "title"))
+    found = _word_component(diagnosis)
+    if found:
+        return ComponentGuess(found[0], f"the diagnosis ({top.get('id')}) says {found[1]!r}")
+    crash = document.get("crash") if isinstance(document.get("crash"), dict) else {}
+    crash_text = " ".join(
+        [str(crash.get("exception") or ""), str(crash.get("message") or "")]
+        + [str(k) for k in document.get("kernels") or []]
+    )
+    found = _word_component(crash_text)
+    if found:
+        return ComponentGuess(found[0], f"the crash says {found[1]!r}")
+    return ComponentGuess(COMPONENTS[0], "nothing in the crash names a component: pick one", guessed=False)
 
 
 def _send(task: str, kwargs: dict[str, Any], queue: str) -> None:
@@ -62,3 +134,17 @@ def sweep_finished(*, payload: dict[str, Any]) -> SweepRun | None:
     )
     del updated  # zero: already stored by an earlier delivery
     return SweepRun.objects.filter(pk=sweep_id).first()
+
+
+def sweep_confirm(*, sweep: SweepRun, user: Any) -> Any:
+    """Queue a confirm of the report's full launch with the sweep's proposed backend (its args patch
+    only: the diagnosis's own patch is what the sweep replaces; the launch's environment is kept).
+    Raises SweepRejected without a proposed fix, ConfirmRejected as the confirm service does."""
+    from dispatchlab.gpu.services import confirm_create
+
+    fix = sweep.proposed_fix
+    if sweep.status != SweepRun.Status.DONE or not fix or not isinstance(fix.get("args_patch"), dict):
+        raise SweepRejected(
+            "this sweep proposes no fix: no correct candidate with a value of the server's flag"
+        )
+    return confirm_create(report=sweep.report, user=user, args_patch=dict(fix["args_patch"]), env_patch={})

@@ -17,8 +17,8 @@ The callers (the app has no owner or admin role: a project has members and viewe
     anonymous       no session, no token
 
 Every object a path names belongs to acme (hosts and knowledge-base signatures are global): a report,
-another report (compare), its failure group, a confirm run, a probe run, a decision record, a notification
-endpoint.
+another report (compare), its failure group, a confirm run, a probe run, a backend sweep (done, with a proposed
+fix), a decision record, a notification endpoint.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ PATH_OBJECTS = {
     "decision_id": "decision",
     "endpoint_id": "endpoint",
     "host_id": "host",
+    "sweep_id": "sweep",
     "project_slug": "project_slug",
     "signature_id": "signature_id",
 }
@@ -84,6 +85,11 @@ MATRIX: list[Row] = [
     row("front:confirm_status",     "GET",    200,  200,   200,   L,      L,     404,     L,     L),
     row("front:confirm_cancel",     "POST",   302,  302,   403,   L,      L,     404,     L,     L),
     row("front:compat",             "GET",    200,  200,   200,   L,      L,     200,     L,     L),
+    row("front:sweep_new",          "POST",   302,  302,   403,   L,      L,     404,     L,     L),
+    row("front:sweep",              "GET",    200,  200,   200,   L,      L,     404,     L,     L),
+    row("front:sweep_status",       "GET",    200,  200,   200,   L,      L,     404,     L,     L),
+    row("front:sweep_confirm",      "POST",   302,  302,   403,   L,      L,     404,     L,     L,
+        note="the one click: a confirm of the full launch with the sweep's proposed backend"),
     row("front:decisions",          "GET",    200,  200,   200,   L,      L,     200,     L,     L),
     row("front:decision_new",       "GET",    200,  200,   403,   L,      L,     404,     L,     L),
     row("front:decision_new",       "POST",   302,  302,   403,   L,      L,     400,     L,     L,
@@ -117,6 +123,8 @@ MATRIX: list[Row] = [
     row("api:report_confirm",       "POST",   201,  201,   403,   403,    403,   404,     404,   401),
     row("api:confirm",              "GET",    200,  200,   200,   200,    200,   404,     404,   401),
     row("api:confirm_cancel",       "POST",   200,  200,   403,   403,    403,   404,     404,   401),
+    row("api:report_sweep",         "POST",   201,  201,   403,   403,    403,   404,     404,   401),
+    row("api:sweep",                "GET",    200,  200,   200,   200,    200,   404,     404,   401),
     row("api:hosts",                "GET",    200,  200,   200,   200,    200,   200,     200,   401,
         note="hosts are global"),
     row("api:decisions",            "GET",    200,  200,   200,   200,    200,   200,     200,   401),

@@ -25,8 +25,10 @@ from dispatchlab.decisions import services as decision_services
 from dispatchlab.decisions.models import Decision, DecisionEdit
 from dispatchlab.decisions.services import decision_create
 from dispatchlab.gpu import services as gpu_services
-from dispatchlab.gpu.models import ConfirmRun, GpuHost, ProbeRun, SignatureConfirmation
+from dispatchlab.gpu import sweep_services
+from dispatchlab.gpu.models import ConfirmRun, GpuHost, ProbeRun, SignatureConfirmation, SweepRun
 from dispatchlab.gpu.services import confirm_create
+from dispatchlab.gpu.sweep_services import sweep_create, sweep_finished
 from dispatchlab.notify import services as notify_services
 from dispatchlab.notify.models import Delivery, Endpoint, Event
 from dispatchlab.notify.services import endpoint_create
@@ -108,6 +110,7 @@ class World:
     group: FailureGroup
     confirm: ConfirmRun
     probe: ProbeRun
+    sweep: SweepRun
     decision: Decision
     endpoint: Endpoint
     host: GpuHost
@@ -121,7 +124,17 @@ class World:
     def ids(self) -> dict[str, Any]:
         return {
             name: getattr(self, name).pk
-            for name in ("report", "report2", "group", "confirm", "probe", "decision", "endpoint", "host")
+            for name in (
+                "report",
+                "report2",
+                "group",
+                "confirm",
+                "probe",
+                "sweep",
+                "decision",
+                "endpoint",
+                "host",
+            )
         }
 
     def path_value(self, param: str) -> Any:
@@ -138,6 +151,7 @@ def queued(monkeypatch) -> list[str]:
     calls: list[str] = []
     monkeypatch.setattr(gpu_services, "_send", lambda task, kwargs, queue: calls.append(f"gpu {task}"))
     monkeypatch.setattr(gpu_services, "_send_cancel", lambda confirm_id: calls.append("gpu cancel"))
+    monkeypatch.setattr(sweep_services, "_send", lambda task, kwargs, queue: calls.append(f"gpu {task}"))
     monkeypatch.setattr(notify_services, "_enqueue", lambda delivery_id: calls.append("notify delivery"))
     monkeypatch.setattr(report_services, "_enqueue", lambda report_id: calls.append("report analyze"))
     monkeypatch.setattr(
@@ -180,12 +194,17 @@ def _objects(
     confirm = confirm_create(report=report, user=user, command=COMMAND)
     # what a finished run shows about the signature's fix, to every project (its run: to its own only)
     SignatureConfirmation.objects.create(signature_id=SIGNATURE, confirm=confirm, outcome="fixed")
+    sweep = sweep_create(report=report, component="attention", user=user)
+    fix = {"candidate": "sdpa_flash", "flag": "--attention-backend", "value": "torch_native",
+           "args_patch": {"attention_backend": "torch_native"}, "ms": 0.04, "why": "fastest correct"}  # fmt: skip
+    sweep_finished(payload={"sweep_id": sweep.id, "host": "h200-box", "result": {"proposed_fix": fix}})
     decision_data = {"title": f"{slug}-decision-secret", "links": {"signatures": [SIGNATURE]}}
     return {
         "group": group,
         "report": report,
         "confirm": confirm,
         "probe": _probe(project, host, f"{slug}_probe_backend"),
+        "sweep": SweepRun.objects.get(pk=sweep.pk),
         "decision": decision_create(project=project, user=user, data=decision_data),
         "endpoint": endpoint_create(
             project=project,
@@ -262,6 +281,9 @@ BODIES: dict[tuple[str, str], Callable[[World], Any]] = {
     ("front:upload", "POST"): lambda w: {"project": "acme", "title": "matrix upload", "file": _upload()},
     ("front:host_probe", "POST"): lambda w: {"project": "acme"},
     ("front:confirm_new", "POST"): lambda w: {"command": COMMAND},
+    ("front:sweep_new", "POST"): lambda w: {"component": "moe"},
+    ("front:sweep_confirm", "POST"): lambda w: {},
+    ("api:report_sweep", "POST"): lambda w: ("json", {"component": "moe"}),
     ("front:decision_new", "POST"): lambda w: {"project": "acme", "title": "recorded", "status": "proposed"},
     ("front:decision_edit", "POST"): lambda w: {"title": "edited", "status": "proposed"},
     ("front:notify_project", "POST"): lambda w: {
@@ -314,6 +336,7 @@ def _state() -> tuple[Any, ...]:
         Report.objects.count(),
         list(ConfirmRun.objects.values_list("id", "status")),
         ProbeRun.objects.count(),
+        SweepRun.objects.count(),
         list(Decision.objects.values_list("id", "title", "status", "updated_at")),
         DecisionEdit.objects.count(),
         list(Endpoint.objects.values_list("id", "name", "paused_at", "consecutive_failures")),
