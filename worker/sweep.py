@@ -694,6 +694,14 @@ def rank(entries: list[SweepEntry]) -> list[SweepEntry]:
     return correct + [e for e in entries if e not in correct]
 
 
+# Candidates that are ours, not the server's kernel behind the flag value they map to: their run shows the
+# library works on this arch, their speed is not the server's.
+STAND_INS = {
+    "triton": "the repro's own Triton MoE kernel stands in for the server's fused_moe_triton: it shows Triton "
+    "MoE compiles and is correct on this GPU, not how fast the server's kernel is"
+}
+
+
 def propose(
     component: SweepComponent, ranked: list[SweepEntry], server: str = "sglang"
 ) -> dict[str, Any] | None:
@@ -713,7 +721,9 @@ def propose(
             "value": e.flag_value,
             "args_patch": {dest: e.flag_value},
             "ms": e.result.ms,
-            "why": f"fastest correct candidate with a {server} value for {flag} (rank {e.rank})",
+            "why": f"fastest correct candidate with a {server} value for {flag} (rank {e.rank})"
+            + (f"; a stand-in: {STAND_INS[e.result.name]}" if e.result.name in STAND_INS else ""),
+            "stand_in": e.result.name in STAND_INS,
         }
     return None
 

@@ -97,3 +97,16 @@ def test_a_wrong_backend_fails_the_whole_output_check() -> None:
     ranked = rank([bad, good])
     assert bad.result.status == "INCORRECT_NUMERICAL" and not bad.correct
     assert ranked[0] is good and good.rank == 1 and bad.rank is None
+
+
+def test_a_proposal_resting_on_our_own_stand_in_kernel_says_it_is_one() -> None:
+    from worker.probes import ProbeResult
+    from worker.sweep import SweepEntry, _check, propose, rank
+
+    ref = torch.randn(32, 32)
+    triton = SweepEntry(ProbeResult("triton", "triton (worker.repro.triton_moe)", "moe"), flag_value="triton")
+    _check(triton, ref.clone(), ref)
+    triton.result.ms = 1.0
+    fix = propose("moe", rank([triton]))
+    assert fix is not None and fix["value"] == "triton"
+    assert fix["stand_in"] is True and "not how fast the server's kernel is" in fix["why"]
