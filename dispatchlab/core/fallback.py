@@ -363,11 +363,6 @@ def fallback_class(parsed: ParsedLog, rules_class: str, model: Model) -> Fallbac
     return FallbackClass("other", round(top.probability, 3), True, _rounded(failing))
 
 
-def none_probability(parsed: ParsedLog, model: Model) -> float:
-    """The model's probability that nothing failed: the raw score of a `none` that the rules kept."""
-    return round(next(g.probability for g in model.predict(features(parsed)) if g.failure_class == "none"), 3)
-
-
 def _rounded(guesses: Sequence[Guess]) -> list[Guess]:
     return [Guess(g.failure_class, round(g.probability, 3)) for g in guesses[:3]]
 

@@ -21,7 +21,6 @@ from dispatchlab.core.fallback import (
     fallback_class,
     features,
     load_model,
-    none_probability,
 )
 from dispatchlab.core.flags import flags_for_server
 from dispatchlab.core.inference import classify, fingerprint
@@ -357,8 +356,9 @@ def diagnose(
     best_guesses = [(g.failure_class, g.probability) for g in decided.best_guesses] if decided else []
     if learned is not None:
         kind = decision_kind(class_source, source, failure_class, low_confidence)
-        if kind == "none":
-            confidence = none_probability(parsed, learned)
+        guesses = learned.predict(features(parsed)) if kind == "none" else []
+        if kind == "none":  # the raw score of a kept `none`: the model's probability that nothing failed
+            confidence = round(next(g.probability for g in guesses if g.failure_class == "none"), 3)
         confidence = learned.calibrated(kind, confidence)
         if (
             kind == "none"
@@ -369,9 +369,7 @@ def diagnose(
             # "nothing failed" said of a log that never shows the server answering, which such verdicts
             # often get wrong: it stays `none` (no false alarm) but says so, with what else it may be
             low_confidence = True
-            best_guesses = [
-                (g.failure_class, round(g.probability, 3)) for g in learned.predict(features(parsed))[:3]
-            ]
+            best_guesses = [(g.failure_class, round(g.probability, 3)) for g in guesses[:3]]
     print_ = fingerprint(parsed, failure_class, failures[0].id if failures else None)
     if failures and parsed.crash is None and parsed.outcome == "incomplete":
         _crash_from_signature(parsed, failures[0])
