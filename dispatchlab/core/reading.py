@@ -197,15 +197,18 @@ def _zip_member_count(path: Path) -> int | None:
         return int(_ZIP64_END.unpack(record)[7])
 
 
+def _check_member_count(count: int | None, budget: ExpansionBudget, display: str) -> None:
+    if count is not None and count > budget.zip_members:
+        raise LogReadError(
+            f"{display}: zip holds {count:,} members, more than {budget.zip_members:,}, the limit on "
+            "members of one zip (DISPATCHLAB_MAX_ZIP_MEMBERS)"
+        )
+
+
 def _zip_sources(path: Path, display: str) -> list[Source]:
     budget = _current_budget()
     try:
-        declared = _zip_member_count(path)
-        if declared is not None and declared > budget.zip_members:
-            raise LogReadError(
-                f"{display}: zip holds {declared:,} members, more than {budget.zip_members:,}, the limit on "
-                "members of one zip (DISPATCHLAB_MAX_ZIP_MEMBERS)"
-            )
+        _check_member_count(_zip_member_count(path), budget, display)
         # One ZipFile for every member: opening a member is then a seek, not another read of the whole
         # directory (which made parse time grow with the square of the member count). It stays open
         # while the sources live and is closed with them.
@@ -213,11 +216,7 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
         infos = archive.infolist()
     except (zipfile.BadZipFile, OSError, EOFError, struct.error) as error:
         raise LogReadError(f"{display}: not a readable zip archive ({error})") from None
-    if len(infos) > budget.zip_members:
-        raise LogReadError(
-            f"{display}: zip holds {len(infos):,} members, more than {budget.zip_members:,}, the limit on "
-            "members of one zip (DISPATCHLAB_MAX_ZIP_MEMBERS)"
-        )
+    _check_member_count(len(infos), budget, display)
     total_stored = max(1, path.stat().st_size)
     total_expanded = sum(info.file_size for info in infos)
     if total_expanded > max(EXPANSION_CHECK_FLOOR, total_stored * MAX_EXPANSION_RATIO):

@@ -354,12 +354,10 @@ def notify_report_landed(*, report: Report, group_id: int, group_created: bool) 
 
 def event_payloads_of_report(*, report_id: int, group_id: int | None) -> dict[int, dict[str, Any]]:
     """The stored payloads that may quote a report: its own events and its group's (for redaction)."""
-    events = Event.objects.filter(
-        Q(payload__report__id=report_id) | Q(group_id=group_id)
-        if group_id
-        else Q(payload__report__id=report_id)
-    )
-    return dict(events.values_list("id", "payload"))
+    quoting = Q(payload__report__id=report_id)
+    if group_id:
+        quoting |= Q(group_id=group_id)
+    return dict(Event.objects.filter(quoting).values_list("id", "payload"))
 
 
 def event_payloads_replace(payloads: dict[int, dict[str, Any]]) -> int:
