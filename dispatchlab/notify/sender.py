@@ -134,6 +134,16 @@ def _resolve_in_time(
     return outcome[0]
 
 
+def resolve_checked(host: str, port: int, allowed: Sequence[IPNetwork], *, timeout: float) -> list[IPAddress]:
+    """checked_addresses, given up on after `timeout` seconds (TimeoutError): for a web request, which a
+    member's slow name server must not hold."""
+    deadline = Deadline(timeout)
+    try:
+        return _resolve_in_time(host, port, allowed, deadline)
+    finally:
+        deadline.close()
+
+
 def _http_error(status: int) -> str:
     try:
         return f"HTTP {status} {http.HTTPStatus(status).phrase}"

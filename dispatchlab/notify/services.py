@@ -44,7 +44,7 @@ from django.db.models import F, Q
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from dispatchlab.notify.addresses import AddressRefused, IPNetwork, checked_addresses, parse_networks
+from dispatchlab.notify.addresses import AddressRefused, IPNetwork, parse_networks
 from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
 from dispatchlab.notify.payloads import (
     DELIVERY_HEADER,
@@ -58,7 +58,7 @@ from dispatchlab.notify.payloads import (
     render_body,
     sign,
 )
-from dispatchlab.notify.sender import HttpAnswer, http_post
+from dispatchlab.notify.sender import HttpAnswer, http_post, resolve_checked
 from dispatchlab.reports.models import FailureGroup, Project, Report
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,10 @@ def allowed_networks() -> tuple[IPNetwork, ...]:
     return parse_networks(settings.DISPATCHLAB_NOTIFY_ALLOW_NETWORKS)
 
 
+# A name that does not resolve in time is accepted like one that does not resolve: checked again when sent.
+ENDPOINT_LOOKUP_SECONDS = 3.0
+
+
 def endpoint_address_problem(url: str) -> str | None:
     """Why the URL's host may not receive webhooks (an internal or metadata address, or a name that
     resolves to one), for people; None when it may, or when the name does not resolve from here (the
@@ -143,7 +147,12 @@ def endpoint_address_problem(url: str) -> str | None:
     parts = urlsplit(url)
     https = parts.scheme.lower() == "https"
     try:
-        checked_addresses(parts.hostname or "", parts.port or (443 if https else 80), allowed_networks())
+        resolve_checked(
+            parts.hostname or "",
+            parts.port or (443 if https else 80),
+            allowed_networks(),
+            timeout=ENDPOINT_LOOKUP_SECONDS,
+        )
     except AddressRefused as refused:
         return f"{refused}"
     except (OSError, UnicodeError):

@@ -1072,3 +1072,22 @@ def test_deliveries_go_to_their_own_queue_with_a_hard_time_limit_the_pool_arms(s
     soft, hard = delivery_send_task.soft_time_limit, delivery_send_task.time_limit
     assert soft is not None and hard is not None
     assert settings.DISPATCHLAB_NOTIFY_TIMEOUT_SECONDS < soft < hard < settings.CELERY_TASK_SOFT_TIME_LIMIT
+
+
+def test_a_name_server_that_never_answers_does_not_hold_the_web_request_adding_an_endpoint(
+    resolver: Resolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    released = threading.Event()
+    answer = resolver.getaddrinfo
+
+    def slow(host: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        if str(host) == "slow.example.test":
+            released.wait(10)  # a lookup the web request must not wait for; then the metadata address
+            return answer("metadata.example.test", *args, **kwargs)
+        return answer(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    monkeypatch.setattr(services, "ENDPOINT_LOOKUP_SECONDS", 0.2)
+    # accepted like a name that does not resolve from here: every delivery resolves and checks it again
+    assert services.endpoint_address_problem("http://slow.example.test/hook") is None
+    released.set()
