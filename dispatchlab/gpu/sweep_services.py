@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from dispatchlab.core.shapes import read_shapes_from_document
 from dispatchlab.gpu.models import SweepRun
+from dispatchlab.gpu.services import _send
 from dispatchlab.messaging.contract import arch_queue
 from dispatchlab.messaging.sweep import COMPONENTS, SWEEP_TASK, SweepJob
 from dispatchlab.reports.models import Report
@@ -89,12 +90,6 @@ def sweep_component_for(document: dict[str, Any]) -> ComponentGuess:
     if found:
         return ComponentGuess(found[0], f"the crash says {found[1]!r}")
     return ComponentGuess(COMPONENTS[0], "nothing in the crash names a component: pick one", guessed=False)
-
-
-def _send(task: str, kwargs: dict[str, Any], queue: str) -> None:
-    from dispatchlab.config.celery import app
-
-    app.send_task(task, kwargs=kwargs, queue=queue)
 
 
 def sweep_create(*, report: Report, component: str, user: Any = None, tokens: int | None = None) -> SweepRun:
