@@ -120,14 +120,14 @@ def sweep_finished(*, payload: dict[str, Any]) -> SweepRun | None:
         return None
     error = str(payload.get("error") or "")
     result = payload.get("result") if isinstance(payload.get("result"), dict) else {}
-    updated = SweepRun.objects.filter(pk=sweep_id, status=SweepRun.Status.QUEUED).update(
+    # a second delivery updates no row: the sweep is no longer queued
+    SweepRun.objects.filter(pk=sweep_id, status=SweepRun.Status.QUEUED).update(
         status=SweepRun.Status.FAILED if error or not result else SweepRun.Status.DONE,
         error=error[:2000],
         result=result,
         host_name=str(payload.get("host") or "")[:200],
         finished_at=timezone.now(),
     )
-    del updated  # zero: already stored by an earlier delivery
     return SweepRun.objects.filter(pk=sweep_id).first()
 
 
