@@ -36,6 +36,7 @@ from typing import Any
 from dispatchlab.core.flags import release_for
 from dispatchlab.core.shapes import ModelShapesRead, read_shapes_file, read_shapes_from_document
 from worker import probes
+from worker.inventory import flashinfer_artifacts
 from worker.peaks import peak_for, peaks_for
 from worker.probes import ATOL, RTOL, ProbeResult, ProbeStatus
 
@@ -597,16 +598,12 @@ def _need_gpu(run: _Run) -> None:
 
 
 def _need_cubins() -> None:
-    """FlashInfer's download-at-first-use kernels: asked of the inventory where it can tell."""
-    inventory = importlib.import_module("worker.inventory")
-    check = getattr(inventory, "flashinfer_artifacts", None)
-    if check is None:
-        return  # the call itself then fails with FlashInfer's own download error, recorded as such
-    answer = check()
-    available = answer.get("available") if isinstance(answer, dict) else getattr(answer, "available", None)
-    if available is False:
-        reason = answer.get("reason") if isinstance(answer, dict) else getattr(answer, "reason", None)
-        raise _Unavailable(ProbeStatus.NOT_INSTALLED, f"FlashInfer's cubins are not on this host: {reason}")
+    """FlashInfer's download-at-first-use kernels, as the inventory finds them."""
+    status = flashinfer_artifacts()
+    if not status.available:
+        raise _Unavailable(
+            ProbeStatus.NOT_INSTALLED, f"FlashInfer's cubins are not on this host: {status.reason}"
+        )
 
 
 def _need_flashinfer() -> None:
@@ -626,12 +623,11 @@ def _probe_context(run: _Run) -> Any:
         shapes=probes.ModelShapes.from_mapping(run.shapes),
         jit_timeout_s=run.jit_timeout_s,
     )
-    _CONTEXTS.setdefault("modules", {})
-    ctx.modules = _CONTEXTS["modules"]
+    ctx.modules = _MODULES
     return ctx
 
 
-_CONTEXTS: dict[str, Any] = {}
+_MODULES: dict[str, Any] = {}  # FlashInfer JIT modules built in this process, shared by the sweep's probes
 
 
 def _jit_state(ctx: Any, r: ProbeResult, code: str, what: str, pattern: str) -> dict[str, Any]:

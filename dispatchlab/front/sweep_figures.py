@@ -7,7 +7,6 @@ Every string from a worker goes through `plot_text`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from dispatchlab.front.figures import figure, hover_nearest, legend_on_top, plot_text
@@ -16,6 +15,7 @@ from dispatchlab.front.gpu_figures import (
     OTHER_COLOR,
     PEAK_COLOR,
     WORKS_COLOR,
+    _number,
     probe_status_word,
     shape_text,
 )
@@ -27,12 +27,6 @@ VERDICTS = {
     "wrong": ("ran, not correct or not checked", FAILS_COLOR),
     "absent": ("did not run here", OTHER_COLOR),
 }
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def candidate_verdict(candidate: dict[str, Any], proposed: str | None) -> str:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dispatchlab.core.launch import apply_patch, launch_diff
 from dispatchlab.front import sweep_figures
-from dispatchlab.front.gpu_figures import probe_status_word
+from dispatchlab.front.gpu_figures import _number, probe_status_word
 from dispatchlab.gpu.models import SweepRun
 from dispatchlab.gpu.sweep_selectors import sweeps_of_report, sweeps_visible_to
 from dispatchlab.messaging.sweep import COMPONENTS
@@ -49,10 +49,6 @@ def _can_start(request: HttpRequest, report: Report) -> bool:
 def _sweep_or_404(request: HttpRequest, sweep_id: int) -> SweepRun:
     # the report's document is read: the proposed fix is applied to the launch it holds
     return get_object_or_404(sweeps_visible_to(request.user).select_related("report", "project"), pk=sweep_id)
-
-
-def _number(value: Any) -> float | None:
-    return sweep_figures._number(value)
 
 
 # ---- what the page shows

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from dispatchlab.core.shapes import read_shapes_from_document
 from dispatchlab.gpu.models import SweepRun
+from dispatchlab.gpu.services import _send
 from dispatchlab.messaging.contract import arch_queue
 from dispatchlab.messaging.sweep import COMPONENTS, SWEEP_TASK, SweepJob
 from dispatchlab.reports.models import Report
@@ -91,12 +92,6 @@ def sweep_component_for(document: dict[str, Any]) -> ComponentGuess:
     return ComponentGuess(COMPONENTS[0], "nothing in the crash names a component: pick one", guessed=False)
 
 
-def _send(task: str, kwargs: dict[str, Any], queue: str) -> None:
-    from dispatchlab.config.celery import app
-
-    app.send_task(task, kwargs=kwargs, queue=queue)
-
-
 def sweep_create(*, report: Report, component: str, user: Any = None, tokens: int | None = None) -> SweepRun:
     if component not in COMPONENTS:
         raise SweepRejected(f"unknown component {component!r}: one of {', '.join(COMPONENTS)}")
@@ -125,14 +120,14 @@ def sweep_finished(*, payload: dict[str, Any]) -> SweepRun | None:
         return None
     error = str(payload.get("error") or "")
     result = payload.get("result") if isinstance(payload.get("result"), dict) else {}
-    updated = SweepRun.objects.filter(pk=sweep_id, status=SweepRun.Status.QUEUED).update(
+    # a second delivery updates no row: the sweep is no longer queued
+    SweepRun.objects.filter(pk=sweep_id, status=SweepRun.Status.QUEUED).update(
         status=SweepRun.Status.FAILED if error or not result else SweepRun.Status.DONE,
         error=error[:2000],
         result=result,
         host_name=str(payload.get("host") or "")[:200],
         finished_at=timezone.now(),
     )
-    del updated  # zero: already stored by an earlier delivery
     return SweepRun.objects.filter(pk=sweep_id).first()
 
 
