@@ -164,11 +164,19 @@ def test_a_refused_launch_runs_nothing_and_says_why(config):
 
 
 def test_a_launch_that_never_becomes_ready_is_stopped_with_its_whole_process_group(config):
-    slow = WorkerConfig(**{**config.__dict__, "time_limit_s": 10})
+    # A server that never opens its port, with a child of its own: both must be gone afterwards.
+    never_ready = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', *sys.argv[1:]]); "
+        "time.sleep(120)"
+    )
+    slow = WorkerConfig(
+        **{**config.__dict__, "time_limit_s": 10, "launchers": {"repro:moe-serve": [sys.executable, "-c", never_ready]}}
+    )
     started = time.monotonic()
     sent: list[tuple[str, dict[str, Any]]] = []
     spec = job("--model-path", TOY, "--device", "cpu", "--moe-runner-backend", "torch")
-    spec["ready_timeout_s"] = 1  # the repro needs longer than this to import torch
+    spec["ready_timeout_s"] = 1
     outcome = run_confirm(spec, slow, lambda task, payload: sent.append((task, payload)), inventory={})
     assert outcome["ready"] is False and "was not ready after 1 s" in outcome["stopped_by"]
     assert time.monotonic() - started < 30
