@@ -223,11 +223,12 @@ def serve(*, inventory: dict[str, Any], concurrency: int = 1, loglevel: str = "I
 def sweep_task(job: dict[str, Any]) -> None:
     """Run the backend sweep a dashboard asked for and answer with its report (or why it did not run)."""
     from dispatchlab.core.shapes import shapes_from_dict
-    from dispatchlab.messaging.sweep import SWEEP_FINISHED_TASK
+    from dispatchlab.messaging.sweep import SWEEP_FINISHED_TASK, SWEEP_STARTED_TASK
     from worker.sweep import run_sweep
 
     answer: dict[str, Any] = {"sweep_id": job.get("sweep_id"), "host": _config().host}
     state["busy"].set()
+    send_to_dashboard(SWEEP_STARTED_TASK, {"sweep_id": job.get("sweep_id"), "host": _config().host})
     try:
         report = run_sweep(
             str(job.get("component")),

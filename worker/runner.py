@@ -20,7 +20,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import IO, Any
 
-from dispatchlab.core.launch import REPRO_PREFIX, Launch
+from dispatchlab.core.launch import REPRO_PREFIX, Launch, flag_key
 from dispatchlab.messaging.contract import (
     CONFIRM_FINISHED_TASK,
     CONFIRM_OUTPUT_TASK,
@@ -315,6 +315,45 @@ def run_probes_subprocess(
     return results
 
 
+# Backends whose kernels FlashInfer downloads at first use (the TensorRT-LLM-gen cubins), by flag.
+DOWNLOADED_KERNEL_VALUES = {
+    "moe_runner_backend": ("flashinfer_trtllm",),
+    "speculative_moe_runner_backend": ("flashinfer_trtllm",),
+    "attention_backend": ("trtllm_mha", "trtllm_mla"),
+    "prefill_attention_backend": ("trtllm_mha", "trtllm_mla"),
+    "decode_attention_backend": ("trtllm_mha", "trtllm_mla"),
+    "fp4_gemm_backend": ("flashinfer_trtllm",),
+}
+DOWNLOADED_KERNEL_ENV = {"VLLM_FLASHINFER_MOE_BACKEND": ("latency",)}
+
+
+def missing_downloaded_kernels(launch: Launch, inventory: dict[str, Any]) -> str:
+    """Why this launch cannot run here (empty when it can): it picks a backend whose kernels FlashInfer
+    downloads at first use, and the inventory found them neither installed nor downloadable."""
+    artifacts = inventory.get("flashinfer_artifacts")
+    if not isinstance(artifacts, dict) or artifacts.get("state") != "missing_artifacts":
+        return ""
+    uses = [
+        f"{option.flag} {value}"
+        for option in launch.options
+        for value in option.values
+        if value in DOWNLOADED_KERNEL_VALUES.get(flag_key(option.flag, launch.server), ())
+    ]
+    uses += [
+        f"{name}={value}"
+        for name, value in launch.env.items()
+        if value in DOWNLOADED_KERNEL_ENV.get(name, ())
+    ]
+    if not uses:
+        return ""
+    return (
+        f"missing_artifacts: {', '.join(uses)} needs FlashInfer's downloaded TensorRT-LLM-gen kernels, "
+        f"which this host has neither installed nor can download ({artifacts.get('reason') or 'no reason given'}). "
+        f"Fix on the host: {artifacts.get('fix') or 'install flashinfer-cubin of the same version'}; "
+        "or sweep the backends and confirm with one that needs no download."
+    )
+
+
 def run_confirm(
     job: ConfirmJob,
     config: WorkerConfig,
@@ -354,6 +393,13 @@ def run_confirm(
         return outcome
     outcome["weights"] = weights_kind(approved.launch)
     outcome["launcher_identity"] = launcher_identity(approved, base_url=None, log_lines=[])
+    missing = missing_downloaded_kernels(approved.launch, inventory)
+    if missing:
+        # FlashInfer would retry its download for half a minute, then fail: say so now, with the fix.
+        outcome.update({"status": "refused", "error": missing, "ready": False, "argv": [], "duration_s": 0.0})
+        outcome["missing_artifacts"] = True
+        send(CONFIRM_FINISHED_TASK, dict(outcome))
+        return outcome
     stand_in = outcome["launcher_identity"]["kind"] == "stand-in"
     outcome["throughput_unit"] = "kernel steps/s" if stand_in else "tokens/s"
     if cancelled is not None and _asked(cancelled):

@@ -738,7 +738,7 @@ class Signature(SignatureSummary):
 
 # ---------------------------------------------------------------- backend sweeps
 
-SweepStatus = Literal["queued", "done", "failed"]
+SweepStatus = Literal["queued", "running", "done", "failed"]
 SweepComponent = Literal["moe", "attention", "gemm", "sampling"]
 
 
@@ -754,7 +754,7 @@ class SweepBody(TypedDict, total=False):
 class SweepCreated(TypedDict):
     id: int
     status: SweepStatus
-    """queued until a GPU worker of the report's arch answers; the worker does not say when it starts"""
+    """queued until a GPU worker of the report's arch takes it (then running, then done or failed)"""
     arch: str | None
     queue: str
     component: SweepComponent
@@ -779,5 +779,7 @@ class Sweep(TypedDict):
     proposed_fix: dict[str, Any] | None
     """the fastest correct candidate's server flag: {candidate, flag, value, args_patch, ms, why}"""
     created_at: DateTime
+    started_at: DateTime | None
+    """when a host said it took the sweep (status running); null while queued"""
     finished_at: DateTime | None
     url: Url

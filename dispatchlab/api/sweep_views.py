@@ -29,6 +29,7 @@ def sweep_json(request: HttpRequest, sweep: SweepRun) -> Sweep:
         result=sweep.result or None,
         proposed_fix=sweep.proposed_fix,
         created_at=sweep.created_at.isoformat(),
+        started_at=sweep.started_at.isoformat() if sweep.started_at else None,
         finished_at=sweep.finished_at.isoformat() if sweep.finished_at else None,
         url=request.build_absolute_uri(reverse("front:sweep", args=[sweep.id])),
     )

@@ -63,8 +63,14 @@ def sweep_sentence(sweep: SweepRun, host_status: dict[str, Any]) -> str:
                 f"`python -m worker` runs on one."
             )
         return (
-            f"Queued in {sweep.queue}: a live host of {arch} takes it when it is free (the worker says "
-            "nothing until the sweep is done, so it may be running now)."
+            f"Queued in {sweep.queue}: a live host of {arch} takes it when it is free; this page says "
+            "when it starts."
+        )
+    if sweep.status == SweepRun.Status.RUNNING:
+        since = f" since {sweep.started_at:%H:%M:%S} UTC" if sweep.started_at else ""
+        return (
+            f"Running on {sweep.host_name or 'a host of ' + arch}{since}: each candidate is built, "
+            "checked against the reference and timed; the table appears when all are done."
         )
     if sweep.status == SweepRun.Status.FAILED:
         return f"The sweep did not run: {sweep.error}" if sweep.error else "The sweep did not run."
@@ -217,7 +223,7 @@ def _status_context(request: HttpRequest, sweep: SweepRun) -> dict[str, Any]:
         "component_name": COMPONENT_NAMES.get(sweep.component, sweep.component),
         "host_status": host_status,
         "sentence": sweep_sentence(sweep, host_status),
-        "poll": STATUS_POLL if sweep.status == SweepRun.Status.QUEUED else "",
+        "poll": STATUS_POLL if sweep.status in SweepRun.WAITING else "",
     }
 
 
@@ -300,7 +306,7 @@ def sweep_status(request: HttpRequest, sweep_id: int) -> HttpResponse:
     """The polled fragment. Once the sweep is done or failed it sends the browser to the sweep page."""
     sweep = _sweep_or_404(request, sweep_id)
     response = render(request, "front/gpu/partials/sweep_status.html", _status_context(request, sweep))
-    if sweep.status != SweepRun.Status.QUEUED and request.headers.get("HX-Request"):
+    if sweep.status not in SweepRun.WAITING and request.headers.get("HX-Request"):
         response["HX-Redirect"] = reverse("front:sweep", args=[sweep.pk])
     return response
 

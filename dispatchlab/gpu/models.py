@@ -262,6 +262,7 @@ class SweepRun(models.Model):
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
         DONE = "done", "done"
         FAILED = "failed", "failed"
 
@@ -271,6 +272,7 @@ class SweepRun(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)  # when a host said it took the sweep
     finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True)
@@ -283,6 +285,8 @@ class SweepRun(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+
+    WAITING = (Status.QUEUED, Status.RUNNING)
 
     def __str__(self) -> str:
         return f"{self.component} sweep {self.pk} of report {self.report_id}"

@@ -113,6 +113,19 @@ def sweep_create(*, report: Report, component: str, user: Any = None, tokens: in
     return sweep
 
 
+def sweep_started(*, payload: dict[str, Any]) -> SweepRun | None:
+    """A host took the sweep: it is running there. Late or repeated, it never rewinds a finished one."""
+    sweep_id = payload.get("sweep_id")
+    if not isinstance(sweep_id, int):
+        return None
+    SweepRun.objects.filter(pk=sweep_id, status=SweepRun.Status.QUEUED).update(
+        status=SweepRun.Status.RUNNING,
+        host_name=str(payload.get("host") or "")[:200],
+        started_at=timezone.now(),
+    )
+    return SweepRun.objects.filter(pk=sweep_id).first()
+
+
 def sweep_finished(*, payload: dict[str, Any]) -> SweepRun | None:
     """Store the worker's answer once: a second delivery of a finished sweep changes nothing."""
     sweep_id = payload.get("sweep_id")
@@ -120,8 +133,8 @@ def sweep_finished(*, payload: dict[str, Any]) -> SweepRun | None:
         return None
     error = str(payload.get("error") or "")
     result = payload.get("result") if isinstance(payload.get("result"), dict) else {}
-    # a second delivery updates no row: the sweep is no longer queued
-    SweepRun.objects.filter(pk=sweep_id, status=SweepRun.Status.QUEUED).update(
+    # a second delivery updates no row: the sweep is no longer queued or running
+    SweepRun.objects.filter(pk=sweep_id, status__in=SweepRun.WAITING).update(
         status=SweepRun.Status.FAILED if error or not result else SweepRun.Status.DONE,
         error=error[:2000],
         result=result,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 SWEEP_TASK = "gpu.sweep"
+SWEEP_STARTED_TASK = "sweeps.started"
 SWEEP_FINISHED_TASK = "sweeps.finished"
 COMPONENTS = ("moe", "attention", "gemm", "sampling")
 
@@ -15,6 +16,11 @@ class SweepJob(TypedDict):
     component: str
     shapes: dict[str, Any]  # dispatchlab.core.shapes.ModelShapesRead.to_dict()
     tokens: int | None
+
+
+class SweepStarted(TypedDict):
+    sweep_id: int
+    host: str
 
 
 class SweepFinished(TypedDict, total=False):

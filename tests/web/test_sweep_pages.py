@@ -16,7 +16,7 @@ from django.urls import reverse
 from dispatchlab.front.sweep_figures import sweep_figure
 from dispatchlab.gpu import services, sweep_services
 from dispatchlab.gpu.models import ConfirmRun, SweepRun
-from dispatchlab.gpu.sweep_services import sweep_component_for, sweep_create, sweep_finished
+from dispatchlab.gpu.sweep_services import sweep_component_for, sweep_create, sweep_finished, sweep_started
 from dispatchlab.reports.services import apitoken_create
 from tests.web.conftest import sample_document
 from tests.web.test_api_schema import bearer, conforms
@@ -218,6 +218,22 @@ def test_a_queued_sweep_says_it_waits_for_a_host_of_its_arch_and_polls(alice_cli
     heartbeat("rtx-1")
     page = _text(alice_client.get(reverse("front:sweep", args=[sweep.pk])))
     assert "Queued in gpu.sm_120: a live host of sm_120 takes it" in page
+
+
+def test_a_sweep_a_host_took_says_it_runs_there_keeps_polling_and_is_not_rewound_by_a_late_start(
+    alice_client, crash, sent
+):
+    sweep = sweep_create(report=crash, component="moe")
+    sweep_started(payload={"sweep_id": sweep.pk, "host": "rtx-1"})
+    url = reverse("front:sweep_status", args=[sweep.pk])
+    page = _text(alice_client.get(reverse("front:sweep", args=[sweep.pk])))
+    assert "Running on rtx-1 since" in page and 'hx-trigger="every 2s"' in page
+    assert "HX-Redirect" not in alice_client.get(url, headers={"HX-Request": "true"})
+    api = alice_client.get(reverse("api:sweep", args=[sweep.pk])).json()
+    assert api["status"] == "running" and api["host"] == "rtx-1" and api["started_at"]
+    sweep_finished(payload={"sweep_id": sweep.pk, "host": "rtx-1", "result": worker_result()})
+    late = sweep_started(payload={"sweep_id": sweep.pk, "host": "rtx-2"})
+    assert late is not None and late.status == SweepRun.Status.DONE and late.host_name == "rtx-1"
 
 
 def test_the_polled_status_sends_the_browser_to_the_page_once_the_sweep_is_done(alice_client, crash, sent):

@@ -171,7 +171,11 @@ def test_a_launch_that_never_becomes_ready_is_stopped_with_its_whole_process_gro
         "time.sleep(120)"
     )
     slow = WorkerConfig(
-        **{**config.__dict__, "time_limit_s": 10, "launchers": {"repro:moe-serve": [sys.executable, "-c", never_ready]}}
+        **{
+            **config.__dict__,
+            "time_limit_s": 10,
+            "launchers": {"repro:moe-serve": [sys.executable, "-c", never_ready]},
+        }
     )
     started = time.monotonic()
     sent: list[tuple[str, dict[str, Any]]] = []
@@ -181,6 +185,40 @@ def test_a_launch_that_never_becomes_ready_is_stopped_with_its_whole_process_gro
     assert outcome["ready"] is False and "was not ready after 1 s" in outcome["stopped_by"]
     assert time.monotonic() - started < 30
     assert processes_with(TOY) == []
+
+
+OFFLINE_WITHOUT_CUBINS = {
+    "flashinfer_artifacts": {
+        "state": "missing_artifacts",
+        "available": False,
+        "reason": "no flashinfer-cubin package; edge.urm.nvidia.com:443 unreachable",
+        "fix": "pip install flashinfer-cubin==0.6.1",
+    }
+}
+
+
+def test_a_confirm_needing_downloaded_kernels_on_a_host_without_them_answers_at_once_with_the_fix(config):
+    sent: list[tuple[str, dict[str, Any]]] = []
+    spec = job("--model-path", TOY, "--device", "cpu", "--moe-runner-backend", "flashinfer_trtllm")
+    started = time.monotonic()
+    outcome = run_confirm(
+        spec, config, lambda task, payload: sent.append((task, payload)), inventory=OFFLINE_WITHOUT_CUBINS
+    )
+    assert time.monotonic() - started < 5
+    assert outcome["status"] == "refused" and outcome["missing_artifacts"] is True
+    assert outcome["error"].startswith("missing_artifacts: --moe-runner-backend flashinfer_trtllm needs")
+    assert "pip install flashinfer-cubin==0.6.1" in outcome["error"]
+    assert [task for task, _ in sent] == [CONFIRM_FINISHED_TASK]  # nothing was started
+
+
+def test_a_backend_that_downloads_nothing_runs_on_that_same_offline_host(config):
+    outcome = run_confirm(
+        job("--model-path", TOY, "--device", "cpu", "--moe-runner-backend", "torch"),
+        config,
+        lambda task, payload: None,
+        inventory=OFFLINE_WITHOUT_CUBINS,
+    )
+    assert outcome["ready"] is True and "missing_artifacts" not in outcome
 
 
 def test_the_server_sees_the_workers_own_gpu_selection_and_nothing_a_launch_chose(monkeypatch):
