@@ -51,6 +51,7 @@ def _parse() -> argparse.Namespace:
         help='another confirm of the same report with this args patch, e.g. \'{"--tp-size": "4"}\'',
     )
     parser.add_argument("--crash-timeout", type=float, default=600)
+    parser.add_argument("--sweep-timeout", type=float, default=400, help="seconds to wait for the sweep")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each confirm")
     parser.add_argument("--json", type=Path, help="write every result here too")
     return parser.parse_args()
@@ -64,6 +65,50 @@ def _wait(check: Any, timeout: float, what: str) -> Any:
             return value
         time.sleep(0.5)
     raise SystemExit(f"{what} did not happen within {timeout:.0f} s")
+
+
+def _sweep_then_confirm(report: Any, timeout: float) -> dict[str, Any]:
+    """Sweep the component the crash names on the host, print the ranked table, and queue the confirm
+    of the full launch with the fastest correct backend, as the sweep page's one button does."""
+    from dispatchlab.gpu.models import SweepRun
+    from dispatchlab.gpu.sweep_services import SweepRejected, sweep_component_for, sweep_confirm, sweep_create
+
+    component = sweep_component_for(dict(report.document or {})).component or "moe"
+    sweep = sweep_create(report=report, component=component)
+    print(f"2b. {component} sweep {sweep.id} queued on {sweep.queue}", flush=True)
+    started = time.monotonic()
+    running = _wait(
+        lambda: SweepRun.objects.filter(id=sweep.id).exclude(status=SweepRun.Status.QUEUED).first(),
+        timeout,
+        "the sweep to start",
+    )
+    print(f"   {running.status} on {running.host_name} after {time.monotonic() - started:.1f} s", flush=True)
+    sweep = _wait(
+        lambda: SweepRun.objects.filter(id=sweep.id, status__in=["done", "failed"]).first(),
+        timeout,
+        "the sweep",
+    )
+    result = sweep.result or {}
+    print(f"   {sweep.status} after {time.monotonic() - started:.1f} s {sweep.error}", flush=True)
+    for candidate in sorted(result.get("candidates") or [], key=lambda c: c.get("rank") or 99):
+        ms = candidate.get("ms")
+        peak = candidate.get("peak_fraction")
+        print(
+            f"   {candidate.get('rank') or '-'!s:>2} {candidate.get('name', '?'):28} "
+            f"{candidate.get('status', '')!s:20} correct={candidate.get('correct')} "
+            f"{f'{ms:.3f} ms' if isinstance(ms, (int, float)) else '':>12}"
+            f"{f'  {peak:.1%} of peak' if isinstance(peak, (int, float)) else ''}  "
+            f"{str(candidate.get('error') or '')[:100]}",
+            flush=True,
+        )
+    fix = sweep.proposed_fix or {}
+    print(f"   proposed: {fix.get('flag')} {fix.get('value')} ({fix.get('why', '')})", flush=True)
+    try:
+        confirm = sweep_confirm(sweep=sweep, user=None)
+    except SweepRejected as rejected:
+        print(f"   no confirm: {rejected}", flush=True)
+        confirm = None
+    return {"id": sweep.id, "status": sweep.status, "result": result, "proposed_fix": fix, "confirm": confirm}
 
 
 def main() -> int:
@@ -202,7 +247,15 @@ def main() -> int:
         }
 
         confirm_probes = [p for p in args.confirm_probes.split(",") if p] if args.confirm_probes else None
-        confirm = confirm_create(report=report, user=None, probes=confirm_probes)
+        if plan.nothing_to_confirm or not (plan.fix_args or plan.fix_env):
+            # What the confirm form offers then: the sweep, and one click on its proposed backend.
+            print(f"   {plan.reason or 'nothing to confirm: the diagnosis has no fix'}", flush=True)
+            results["sweep"] = _sweep_then_confirm(report, args.sweep_timeout)
+            confirm = results["sweep"].pop("confirm")
+            if confirm is None:
+                return 1
+        else:
+            confirm = confirm_create(report=report, user=None, probes=confirm_probes)
         print(f"3. confirm {confirm.id} queued on {confirm.queue} ({confirm.status})", flush=True)
         started = time.monotonic()
         confirm = _wait(
@@ -215,6 +268,7 @@ def main() -> int:
             f"   {confirm.status} after {time.monotonic() - started:.1f} s{': ' + confirm.error if confirm.error else ''}",
             flush=True,
         )
+        print(f"   evidence: {confirm.evidence_label}", flush=True)
         print(f"   ready by {result.get('ready_by')} in {result.get('ready_seconds')} s", flush=True)
         smoke = result.get("smoke") or {}
         print(
@@ -223,7 +277,7 @@ def main() -> int:
         )
         for point in result.get("throughput") or []:
             print(
-                f"   throughput at {point['concurrency']} concurrent: {point['tokens_per_s']:.1f} tokens/s",
+                f"   throughput at {point['concurrency']} concurrent: {point['tokens_per_s']:.1f} {confirm.throughput_unit}",
                 flush=True,
             )
         new = confirm.result_report
@@ -234,6 +288,7 @@ def main() -> int:
                 flush=True,
             )
         results["confirm"] = {
+            "evidence": confirm.evidence_label,
             "status": confirm.status,
             "error": confirm.error,
             "argv": confirm.argv,

@@ -11,12 +11,22 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from dispatchlab.core.shapes import read_shapes_from_document
+from dispatchlab.core.reading import LogReadError, iter_lines
+from dispatchlab.core.shapes import (
+    READ_ARGS,
+    READ_CONFIG,
+    ModelShapesRead,
+    read_shapes,
+    read_shapes_from_document,
+)
 from dispatchlab.gpu.models import SweepRun
 from dispatchlab.gpu.services import _send
 from dispatchlab.messaging.contract import arch_queue
 from dispatchlab.messaging.sweep import COMPONENTS, SWEEP_TASK, SweepJob
 from dispatchlab.reports.models import Report
+
+# The args dump and the model's config come at start-up: the sweep reads this many lines of the log.
+SHAPES_HEAD_LINES = 20_000
 
 
 class SweepRejected(ValueError):
@@ -92,12 +102,33 @@ def sweep_component_for(document: dict[str, Any]) -> ComponentGuess:
     return ComponentGuess(COMPONENTS[0], "nothing in the crash names a component: pick one", guessed=False)
 
 
+def shapes_of_report(report: Report) -> ModelShapesRead:
+    """The model's shapes from the head of the stored log (its args dump and any config values it
+    prints, with their line numbers); from the parsed document where the log is gone or reads nothing."""
+    paths = []
+    for stored in report.files.all():
+        try:
+            paths.append(stored.file.path)
+        except (NotImplementedError, ValueError):  # a storage without local paths
+            continue
+    if paths:
+        try:
+            lines = iter_lines(paths)
+            head = [line for _, line in zip(range(SHAPES_HEAD_LINES), lines, strict=False)]
+        except (OSError, LogReadError):
+            head = []
+        read = read_shapes(head)
+        if read.by_source(READ_ARGS) or read.by_source(READ_CONFIG):
+            return read
+    return read_shapes_from_document(dict(report.document or {}))
+
+
 def sweep_create(*, report: Report, component: str, user: Any = None, tokens: int | None = None) -> SweepRun:
     if component not in COMPONENTS:
         raise SweepRejected(f"unknown component {component!r}: one of {', '.join(COMPONENTS)}")
     if report.status != Report.Status.DONE:
         raise SweepRejected("the report is not parsed yet")
-    shapes = read_shapes_from_document(dict(report.document or {})).to_dict()
+    shapes = shapes_of_report(report).to_dict()
     arch = report.arch or ""
     sweep = SweepRun.objects.create(
         project=report.project,

@@ -7,7 +7,10 @@ from typing import Any
 import pytest
 
 from dispatchlab.gpu import sweep_services
+from django.core.files.base import ContentFile
+
 from dispatchlab.gpu.models import SweepRun
+from dispatchlab.reports.models import ReportFile
 from dispatchlab.gpu.sweep_services import SweepRejected, sweep_create, sweep_finished
 from tests.web.conftest import sample_document
 
@@ -73,3 +76,24 @@ def test_a_sweep_the_worker_could_not_run_is_failed_with_its_reason(acme, make_r
         payload={"sweep_id": sweep.id, "host": "h", "error": "the worker could not run the sweep: X"}
     )
     assert done is not None and done.status == SweepRun.Status.FAILED and "could not run" in done.error
+
+
+def test_the_sweep_runs_at_the_sizes_the_logs_model_config_prints_with_the_line_it_read(
+    acme, make_report, sent
+):
+    report = _crash(acme, make_report)
+    log = (
+        "[2026-12-01 19:02:10] server_args=ServerArgs(model_path='/models/toy-moe', tp_size=1, "
+        "moe_runner_backend='flashinfer_trtllm', dtype='float32')\n"
+        "[2026-12-01 19:02:11] Load weight begin. avail mem=0.00 GB\n"
+        '[2026-12-01 19:02:11] Model config: {"hidden_size": 1024, "moe_intermediate_size": 512, '
+        '"num_experts": 8, "num_experts_per_tok": 2}\n'
+    )
+    stored = ReportFile(report=report, original_name="crash.log", size=len(log), position=0)
+    stored.file.save("crash.log", ContentFile(log.encode()), save=True)
+    sweep = sweep_create(report=report, component="moe")
+    facts = sweep.shapes["facts"]
+    assert facts["hidden_size"] == {"value": 1024, "source": "config", "line": 3, "note": ""}
+    assert facts["num_experts"]["value"] == 8 and facts["top_k"]["value"] == 2
+    assert facts["dtype"] == {"value": "float32", "source": "args", "line": 1, "note": ""}
+    assert "hidden_size" not in sweep.shapes["defaulted"]

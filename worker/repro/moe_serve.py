@@ -466,6 +466,8 @@ def main(argv: list[str]) -> int:
         log(
             f"Load weight begin. avail mem={0.0 if args.device == 'cpu' else torch.cuda.mem_get_info()[0] / 2**30:.2f} GB"
         )
+        # the model's sizes, as its config.json gives them: what the dashboard's backend sweep runs at
+        log(f"Model config: {json.dumps(config, sort_keys=True)}")
         layer = MoELayer(config, args)
         log(
             f"Load weight end. type=ToyMoEForCausalLM, dtype={layer.dtype}, "
