@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from dispatchlab.gpu import sweep_services
 from django.core.files.base import ContentFile
 
+from dispatchlab.gpu import sweep_services
 from dispatchlab.gpu.models import SweepRun
-from dispatchlab.reports.models import ReportFile
 from dispatchlab.gpu.sweep_services import SweepRejected, sweep_create, sweep_finished
+from dispatchlab.reports.models import ReportFile
 from tests.web.conftest import sample_document
 
 
