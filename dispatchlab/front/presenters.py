@@ -178,10 +178,3 @@ def evidence_lines(doc: dict[str, Any]) -> list[int]:
         for item in _evidence(match if isinstance(match, dict) else {}):
             lines.add(item["line"])
     return sorted(lines)
-
-
-def crash_line(doc: dict[str, Any]) -> int | None:
-    crash = doc.get("crash")
-    if isinstance(crash, dict) and isinstance(crash.get("line"), int):
-        return int(crash["line"])
-    return None

@@ -84,6 +84,11 @@ class Crash:
     source: str | None = None  # "signature": decided from a known fatal line, not a traceback
     exception_line: int | None = None  # the line printing the exception's type and message
 
+    @property
+    def pointer(self) -> int:
+        """The crash's line, the one every view names (dispatchlab.core.crashline)."""
+        return self.exception_line or self.line
+
     def to_dict(self) -> dict[str, Any]:
         out = vars(self).copy()
         if self.source is None:
