@@ -163,6 +163,8 @@ class RunSummary:
 class ParsedLog:
     server: str = "unknown"
     server_version: str | None = None
+    # how the server was known: {"source": "log"|"inferred", "line", "text"}; None when it is unknown
+    server_origin: dict[str, Any] | None = None
     engine: str | None = None  # "sglang" | "vllm" | "tensorrt_llm" | None, wider than the contract's server
     model: str | None = None
     gpu: Gpu = field(default_factory=Gpu)
