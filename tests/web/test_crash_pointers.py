@@ -31,7 +31,7 @@ LOGS = [
 ]
 
 
-def _report(project: Project, user: User, log: Path, folder: Path) -> Report:
+def report_from_log(project: Project, user: User, log: Path, folder: Path) -> Report:
     folder.mkdir()
     text, index = folder / "text.log", folder / "lines.idx"
     doc = json.loads(json.dumps(analyze_paths([log], line_index=(text, index))))
@@ -80,7 +80,7 @@ def test_every_crash_pointer_names_the_same_line(log: Path, tmp_path: Path):
     project = Project.objects.create(name="Lab", slug="lab")
     alice = User.objects.create_user("alice", password="password")
     Membership.objects.create(user=alice, project=project, role="member")
-    report = _report(project, alice, log, tmp_path / "r")
+    report = report_from_log(project, alice, log, tmp_path / "r")
     at = crash_line(report.document)
     assert at is not None
     client = Client()
