@@ -18,6 +18,7 @@ from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
 from dispatchlab.core.parse.extract.backends import Backends
+from dispatchlab.core.parse.extract.coredump import CoreDump
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
 from dispatchlab.core.parse.extract.generated import Generated
@@ -42,6 +43,7 @@ from dispatchlab.core.reading import Source, decode_line, iter_chunks
 # nothing else), failures last
 EXTRACTORS: tuple[type[Extractor], ...] = (
     ServerMentions,
+    CoreDump,
     Arguments,
     Environment,
     Milestones,
