@@ -17,6 +17,8 @@ class Fix:
     args: dict[str, Any]
     env: dict[str, str]
     tried_and_failed: list[str]
+    # flags of the fix the log's server does not take (or, server unknown, not every server takes): not offered
+    withheld_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

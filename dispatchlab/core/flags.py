@@ -65,10 +65,77 @@ def known_flags(server: str) -> frozenset[str]:
     return frozenset(names)
 
 
+# The same setting under each server's own flag (a fix written for one server, read on the other's log).
+EQUIVALENT_FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "--mem-fraction-static": "--gpu-memory-utilization",
+        "--disable-cuda-graph": "--enforce-eager",
+        "--context-length": "--max-model-len",
+        "--tp-size": "--tensor-parallel-size",
+        "--dp-size": "--data-parallel-size",
+        "--max-running-requests": "--max-num-seqs",
+    },
+    "sglang": {
+        "--gpu-memory-utilization": "--mem-fraction-static",
+        "--enforce-eager": "--disable-cuda-graph",
+        "--max-model-len": "--context-length",
+        "--data-parallel-size": "--dp-size",
+        "--max-num-seqs": "--max-running-requests",
+    },
+}
+SERVERS_WITH_CATALOG = ("sglang", "vllm")
+
+
+@lru_cache(maxsize=256)
+def accepted_values(server: str, flag: str) -> frozenset[str] | None:
+    """The values any catalogued release accepts for a flag (None: any value, or no choices listed)."""
+    values: set[str] = set()
+    for release in catalog(server).values():
+        spec = release.get(flag) or next(
+            (s for s in release.values() if flag in (s.get("aliases") or [])), None
+        )
+        if spec is None:
+            continue
+        if not spec.get("choices"):
+            return None
+        values.update(str(choice) for choice in spec["choices"])
+    return frozenset(values) if values else None
+
+
+def _accepts(server: str, flag: str, value: Any) -> bool:
+    if flag not in known_flags(server):
+        return False
+    choices = accepted_values(server, flag)
+    values = value if isinstance(value, list) else [value]
+    return choices is None or all(isinstance(v, bool) or str(v) in choices for v in values)
+
+
+def fix_args_for_server(args: dict[str, Any], server: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A fix's launch arguments as the log's server takes them, and those withheld.
+
+    A known server keeps the flags (and values) its catalog accepts, a flag it names otherwise is translated
+    (`--mem-fraction-static` is vLLM's `--gpu-memory-utilization`), the rest is withheld: an SGLang flag is
+    never offered to a vLLM log, nor the reverse. An unknown server keeps only what every catalogued server
+    accepts: a flag the server may not have is not offered as something to run."""
+    if server in SERVERS_WITH_CATALOG and known_flags(server):
+        kept: dict[str, Any] = {}
+        withheld: dict[str, Any] = {}
+        for flag, value in args.items():
+            translated = EQUIVALENT_FLAGS[server].get(flag)
+            if _accepts(server, flag, value):
+                kept[flag] = value
+            elif translated and _accepts(server, translated, value):
+                kept.setdefault(translated, value)
+            else:
+                withheld[flag] = value
+        return kept, withheld
+    servers = [s for s in SERVERS_WITH_CATALOG if known_flags(s)]
+    if server not in (None, "unknown") or not servers:
+        return dict(args), {}  # another engine (TensorRT-LLM): no catalog to judge by
+    common = {f: v for f, v in args.items() if all(_accepts(s, f, v) for s in servers)}
+    return common, {f: v for f, v in args.items() if f not in common}
+
+
 def flags_for_server(args: dict[str, Any], server: str | None) -> dict[str, Any]:
-    """A fix's launch arguments that the server of the log accepts: an SGLang flag is never offered to a
-    vLLM log (nor the reverse). Unknown server or no catalog: the arguments as they are."""
-    known = known_flags(server) if server in ("sglang", "vllm") else frozenset()
-    if not known:
-        return dict(args)
-    return {flag: value for flag, value in args.items() if flag in known}
+    """The launch arguments of a fix the log's server accepts (`fix_args_for_server`, without the rest)."""
+    return fix_args_for_server(args, server)[0]

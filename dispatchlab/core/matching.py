@@ -22,7 +22,7 @@ from dispatchlab.core.fallback import (
     features,
     load_model,
 )
-from dispatchlab.core.flags import flags_for_server
+from dispatchlab.core.flags import fix_args_for_server
 from dispatchlab.core.inference import classify, fingerprint
 from dispatchlab.core.parse import ExtraPatterns, ProgressCallback, parse_sources
 from dispatchlab.core.parse.interpret.crash import crash_from_fatal_line
@@ -234,11 +234,13 @@ def _match(
         for key, value in hit.groups.items():
             captured.setdefault(key, value)
     captured.update(result.facts)
+    args, withheld = fix_args_for_server(variant.args if variant else sig.fix_args, server)
     fix = Fix(
         summary=variant.summary if variant else sig.fix_summary,
-        args=flags_for_server(variant.args if variant else sig.fix_args, server),
+        args=args,
         env=variant.env if variant else sig.fix_env,
         tried_and_failed=[f"{t.what}: {t.why}" for t in sig.tried_and_failed],
+        withheld_args=withheld,
     )
     shown = sorted(evidence, key=lambda h: h.line)[:12]
     return Match(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from dispatchlab.core import crashline
+
 
 def _fmt_seconds(value: float | None) -> str:
     if value is None:
@@ -107,7 +109,7 @@ def _crash(doc: dict[str, Any]) -> list[str]:
         ranks = crash.get("ranks") or []
         out += [
             "",
-            f"CRASH    line {crash['line']} in {where}"
+            f"CRASH    line {crashline.crash_line(doc)} in {where}"
             + (f", ranks {', '.join(ranks[:8])}" if ranks else ""),
             f"         {crash.get('exception') or 'fatal'}: {(crash.get('message') or '')[:300]}",
         ]

@@ -286,13 +286,11 @@ def diagnose_terminal(parsed: ParsedLog, *, all_errors: bool = False) -> Termina
 
 
 def evidence_lines(parsed: ParsedLog) -> list[int]:
+    """The crash's line first (the line every view names for it), then the fatal error lines in order."""
     crash = parsed.crash
-    lines: list[int] = []
-    if crash is not None:
-        tb = parsed.traceback_at(crash.line)
-        lines.append(tb.end_line or crash.line if tb else crash.line)
-    lines += [e.line for e in parsed.failure_evidence()[:5]]
-    return sorted(set(lines))
+    lines = [crash.pointer] if crash is not None else []
+    lines += sorted({e.line for e in parsed.failure_evidence()[:5]} - set(lines))
+    return lines
 
 
 # what the fix says differs by server: each names its own flags
@@ -314,9 +312,7 @@ def terminal_match(parsed: ParsedLog, diagnosis: TerminalDiagnosis) -> Match:
     evidence: list[Evidence] = []
     if crash is not None:
         text = f"{crash.exception or 'fatal'}: {crash.message}".strip()
-        evidence.append(
-            Evidence(diagnosis.lines[0] if diagnosis.lines else crash.line, crash.rank, text[:500])
-        )
+        evidence.append(Evidence(crash.pointer, crash.rank, text[:500]))
     shown = {e.line for e in evidence}
     evidence += [
         Evidence(e.line, e.rank, e.text[:500]) for e in parsed.failure_evidence() if e.line not in shown

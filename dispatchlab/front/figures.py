@@ -19,6 +19,7 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from dispatchlab.core import crashline
 from dispatchlab.core.parse.vocabulary import rank_sort_key
 
 PHASE_LABELS = {
@@ -203,7 +204,7 @@ def timeline_positions(doc: dict[str, Any]) -> int:
             places.add(axis.x(phase.get("end_line"), phase.get("end")))
     crash = doc.get("crash")
     if isinstance(crash, dict):
-        places.add(axis.x(crash.get("line"), None))
+        places.add(axis.x(crashline.crash_line(doc), None))
     places.discard(None)
     return len(places)
 
@@ -251,11 +252,12 @@ def _hover(*parts: str) -> str:
     return "<br>".join(part for part in parts if part) + "<extra></extra>"
 
 
-def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
+def timeline_figure(doc: dict[str, Any], *, crash_line: int | None = None) -> dict[str, Any] | None:
     """The resolved-backend timeline: a lane per rank and model, phases as bars, backend decisions,
     warnings and errors as markers (hover: the log message), the crash as a red X.
 
-    Every point carries customdata [hover, line] so a click can open the log at that line.
+    Every point carries customdata [hover, line] so a click can open the log at that line. The crash sits
+    on the crash's line (`crash_line`, else dispatchlab.core.crashline's), the line the page names.
     Returns None when the document has nothing to draw."""
     lanes = _lanes(doc)
     if not lanes:
@@ -311,8 +313,8 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
         ys: list[str] = []
         custom: list[list[Any]] = []
         for event in doc.get("timeline") or []:
-            if event.get("kind") != kind:
-                continue
+            if event.get("kind") != kind or (kind == "error" and event.get("name") == "crash"):
+                continue  # the crash is the red X below
             x = axis.x(event.get("line"), event.get("time"))
             if x is None:
                 continue
@@ -346,13 +348,14 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
             )
 
     crash = doc.get("crash") or None
-    if crash and isinstance(crash.get("line"), int):
-        x = axis.x(crash["line"], None)
+    at = crash_line or crashline.crash_line(doc)
+    if crash and at is not None:
+        x = axis.x(at, None)
         headline = ": ".join(str(part) for part in (crash.get("exception"), crash.get("message")) if part)
         ranks = _crash_ranks(crash)
         lanes_hit = [lane_label(rank, crash.get("model")) for rank in ranks]
         hover = _hover(
-            f"<b>crash</b> · line {crash['line']}"
+            f"<b>crash</b> · line {at}"
             + (f" · in {plot_text(crash.get('phase'))}" if crash.get("phase") else ""),
             plot_text(headline),
         )
@@ -363,7 +366,7 @@ def timeline_figure(doc: dict[str, Any]) -> dict[str, Any] | None:
                 "name": "crash",
                 "x": [x] * len(lanes_hit),
                 "y": lanes_hit,
-                "customdata": [[hover, crash["line"]]] * len(lanes_hit),
+                "customdata": [[hover, at]] * len(lanes_hit),
                 "hovertemplate": "%{customdata[0]}",
                 "marker": {
                     "symbol": "x",

@@ -62,6 +62,7 @@ class MatchView:
     facts: list[tuple[str, str]]
     decisions: list[str]
     source: str = "signature"  # "exception": diagnosed from the terminal exception, no signature
+    withheld: list[str] = field(default_factory=list)  # fix flags the log's server does not take
 
     @property
     def confidence_pct(self) -> int:
@@ -109,6 +110,7 @@ def match_views(doc: dict[str, Any]) -> list[MatchView]:
                 facts=[(str(k), show(v)) for k, v in (match.get("facts") or {}).items()],
                 decisions=[str(d) for d in match.get("decisions") or []],
                 source=str(match.get("source") or "signature"),
+                withheld=[str(flag) for flag in fix.get("withheld_args") or {}],
             )
         )
     return views
@@ -149,6 +151,9 @@ class Header:
     crash: dict[str, Any] | None
     sources: list[dict[str, Any]] = field(default_factory=list)
     line_count: int = 0
+    # how the server was known: "" (its own line format, or unknown), else the line that named it
+    server_inferred_line: int | None = None
+    server_inferred_text: str = ""
 
 
 def header(doc: dict[str, Any]) -> Header:
@@ -169,7 +174,19 @@ def header(doc: dict[str, Any]) -> Header:
         crash=crash,
         sources=[s for s in doc.get("sources") or [] if isinstance(s, dict)],
         line_count=int(doc.get("line_count") or 0),
+        **_server_inference(doc),
     )
+
+
+def _server_inference(doc: dict[str, Any]) -> dict[str, Any]:
+    origin = doc.get("server_origin")
+    if not isinstance(origin, dict) or origin.get("source") != "inferred":
+        return {}
+    line = origin.get("line")
+    return {
+        "server_inferred_line": line if isinstance(line, int) else None,
+        "server_inferred_text": str(origin.get("text") or ""),
+    }
 
 
 def evidence_lines(doc: dict[str, Any]) -> list[int]:
@@ -178,10 +195,3 @@ def evidence_lines(doc: dict[str, Any]) -> list[int]:
         for item in _evidence(match if isinstance(match, dict) else {}):
             lines.add(item["line"])
     return sorted(lines)
-
-
-def crash_line(doc: dict[str, Any]) -> int | None:
-    crash = doc.get("crash")
-    if isinstance(crash, dict) and isinstance(crash.get("line"), int):
-        return int(crash["line"])
-    return None

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from dispatchlab.core import crashline
 from dispatchlab.core.lineindex import LineIndex
 from dispatchlab.front import figures
 from dispatchlab.front.figures import UNKNOWN_YEAR
@@ -17,8 +18,6 @@ from dispatchlab.reports.models import Report
 # Fewer places on the axis than this make a chart of fractional ticks or a 1 ms axis: a list instead.
 MIN_CHART_EVENTS = 3
 EXCERPT_CHARS = 240
-# How far below the traceback head the exception line may be (a deep stack of a native crash).
-EXCEPTION_SEARCH_LINES = 600
 
 GITHUB_ISSUE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)#(?P<number>\d+)$")
 SOURCE_PATH = re.compile(r"^(?P<project>[\w-]+):(?P<path>[\w./-]+)")
@@ -69,7 +68,7 @@ def _shown_time(value: Any) -> str:
     return text[5:] if text.startswith(f"{UNKNOWN_YEAR}-") else text
 
 
-def event_list(doc: dict[str, Any]) -> list[dict[str, Any]] | None:
+def event_list(doc: dict[str, Any], *, crash_line: int | None = None) -> list[dict[str, Any]] | None:
     """The events of a short log in log order, or None when they take enough places on the
     timeline's axis (MIN_CHART_EVENTS) to draw it. The traceback and the crash it ends in, printed
     on one line, are one event."""
@@ -93,34 +92,25 @@ def event_list(doc: dict[str, Any]) -> list[dict[str, Any]] | None:
     crash = doc.get("crash")
     if isinstance(crash, dict):
         headline = ": ".join(str(part) for part in (crash.get("exception"), crash.get("message")) if part)
+        at = crash_line or crashline.crash_line(doc)
+        # the traceback's and the crash's own events are this one item, on the crash's line
         items = [
-            item for item in items if not (item["kind"] == "error" and item["line"] == crash.get("line"))
+            item
+            for item in items
+            if not (
+                item["kind"] == "error"
+                and (item["line"] in (crash.get("line"), at) or item["name"] == "crash")
+            )
         ]
-        crash_item = {"line": crash.get("line"), "time": "", "kind": "crash", "name": "crash"}
+        crash_item = {"line": at, "time": "", "kind": "crash", "name": "crash"}
         items.append(crash_item | {"rank": crash.get("rank") or "", "detail": headline})
     return sorted(items, key=lambda item: item["line"] if isinstance(item["line"], int) else 0)
 
 
 def exception_line(doc: dict[str, Any], index: LineIndex | None) -> int | None:
-    """The line that prints the crash's exception type and message (the last line of its traceback),
-    where "Jump to crash" should land; the traceback head when the log text cannot be read."""
-    crash = doc.get("crash")
-    if not isinstance(crash, dict) or not isinstance(crash.get("line"), int):
-        return None
-    head = int(crash["line"])
-    if isinstance(crash.get("exception_line"), int):
-        return int(crash["exception_line"])
-    exception = str(crash.get("exception") or "").strip()
-    if not exception or index is None:
-        return head
-    short = exception.rsplit(".", 1)[-1]
-    for offset, (text, _length) in enumerate(index.read_lines(head, EXCEPTION_SEARCH_LINES)):
-        body = RANK_PREFIX.sub("", text).strip()
-        if body.startswith(("File ", "Traceback")):
-            continue
-        if re.search(rf"(?:^|[\s.]){re.escape(short)}(?::|$)", body):
-            return head + offset
-    return head
+    """The crash's line (dispatchlab.core.crashline): where "Jump to crash", the log viewer, the timeline
+    and the evidence all point; an older document's is looked up in the log text when it can be read."""
+    return crashline.crash_line(doc, index.read_lines if index is not None else None)
 
 
 @dataclass
@@ -129,6 +119,7 @@ class EvidenceLine:
     text: str
     ranks: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
+    crash: bool = False  # the crash's own line (named as the header and the log viewer name it)
 
 
 def _rank_of(text: str) -> str:
@@ -153,8 +144,11 @@ def excerpt(text: str, focus: list[str], limit: int = EXCERPT_CHARS) -> str:
     return ("…" if start else "") + cut + ("…" if start + limit < len(text) else "")
 
 
-def folded_evidence(evidence: list[dict[str, Any]], facts: list[tuple[str, str]]) -> list[EvidenceLine]:
-    """Identical evidence printed by several ranks, as one line that lists those ranks."""
+def folded_evidence(
+    evidence: list[dict[str, Any]], facts: list[tuple[str, str]], *, crash_line: int | None = None
+) -> list[EvidenceLine]:
+    """Identical evidence printed by several ranks, as one line that lists those ranks; the one holding
+    the crash's line names that line and says it is the crash."""
     focus = sorted((value for _key, value in facts if len(value) >= 6), key=len, reverse=True)
     folded: dict[str, EvidenceLine] = {}
     for item in evidence:
@@ -166,6 +160,9 @@ def folded_evidence(evidence: list[dict[str, Any]], facts: list[tuple[str, str]]
         rank = _rank_of(raw)
         if rank and rank not in entry.ranks:
             entry.ranks.append(rank)
+    for entry in folded.values():
+        if crash_line is not None and crash_line in entry.lines:
+            entry.line, entry.crash = crash_line, True
     return sorted(folded.values(), key=lambda entry: entry.line)
 
 

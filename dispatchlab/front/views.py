@@ -215,21 +215,24 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
         return render(request, "front/report.html", context)
     matches = presenters.match_views(doc)
     top = matches[0] if matches else None
-    events = report_page.event_list(doc)
+    crash_line = report_page.exception_line(doc, selectors.report_line_index(report))
+    events = report_page.event_list(doc, crash_line=crash_line)
     context.update(
         doc=doc,
         head=presenters.header(doc),
         matches=matches,
         top=top,
-        top_evidence=report_page.folded_evidence(top.evidence, top.facts) if top else [],
+        top_evidence=report_page.folded_evidence(top.evidence, top.facts, crash_line=crash_line)
+        if top
+        else [],
         backends=presenters.backend_pairs(doc),
         has_draft=bool(doc.get("draft_backends")),
         event_list=events,
-        timeline_fig=None if events is not None else figures.timeline_figure(doc),
+        timeline_fig=None if events is not None else figures.timeline_figure(doc, crash_line=crash_line),
         throughput_fig=figures.throughput_figure(doc),
         tracebacks=[t for t in doc.get("tracebacks") or [] if isinstance(t, dict)],
         evidence_lines=presenters.evidence_lines(doc),
-        crash_line=report_page.exception_line(doc, selectors.report_line_index(report)),
+        crash_line=crash_line,
         files=list(report.files.all()),
         similar_cases=selectors.report_similar_cases(doc),
         similar_groups=selectors.report_similar_groups(report),
@@ -263,7 +266,7 @@ def log(request: HttpRequest, report_id: int) -> HttpResponse:
     line = _int_param(request, "line")
     needle = request.GET.get("q", "")[:200]
     evidence = presenters.evidence_lines(doc)
-    crash = presenters.crash_line(doc)
+    crash = report_page.exception_line(doc, index)
     window = log_window(
         index,
         line_count,

@@ -84,6 +84,11 @@ class Crash:
     source: str | None = None  # "signature": decided from a known fatal line, not a traceback
     exception_line: int | None = None  # the line printing the exception's type and message
 
+    @property
+    def pointer(self) -> int:
+        """The crash's line, the one every view names (dispatchlab.core.crashline)."""
+        return self.exception_line or self.line
+
     def to_dict(self) -> dict[str, Any]:
         out = vars(self).copy()
         if self.source is None:
@@ -158,6 +163,8 @@ class RunSummary:
 class ParsedLog:
     server: str = "unknown"
     server_version: str | None = None
+    # how the server was known: {"source": "log"|"inferred", "line", "text"}; None when it is unknown
+    server_origin: dict[str, Any] | None = None
     engine: str | None = None  # "sglang" | "vllm" | "tensorrt_llm" | None, wider than the contract's server
     model: str | None = None
     gpu: Gpu = field(default_factory=Gpu)

@@ -45,6 +45,8 @@ class Observations:
     year: str | None = None  # the first SGLang timestamp's year: vLLM and glog times have none
     last_time: str | None = None
     server_votes: dict[str, int] = field(default_factory=lambda: {"sglang": 0, "vllm": 0, "tensorrt_llm": 0})
+    # lines that name a server, by server: (weight, line, text) (extract/servers.py); the file's, like versions
+    server_mentions: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[Event] = field(default_factory=list)
     truncated_events: int = 0

@@ -18,11 +18,13 @@ from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
 from dispatchlab.core.parse.extract.backends import Backends
+from dispatchlab.core.parse.extract.coredump import CoreDump
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
 from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
+from dispatchlab.core.parse.extract.servers import ServerMentions
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -37,8 +39,18 @@ from dispatchlab.core.parse.vocabulary import (
 )
 from dispatchlab.core.reading import Source, decode_line, iter_chunks
 
-# the order extractors see a line in: arguments first (a dump line is nothing else), failures last
-EXTRACTORS: tuple[type[Extractor], ...] = (Arguments, Environment, Milestones, Backends, Generated, Failures)
+# the order extractors see a line in: server mentions (they never claim a line), arguments (a dump line is
+# nothing else), failures last
+EXTRACTORS: tuple[type[Extractor], ...] = (
+    ServerMentions,
+    CoreDump,
+    Arguments,
+    Environment,
+    Milestones,
+    Backends,
+    Generated,
+    Failures,
+)
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 TAIL_BYTES = 6000

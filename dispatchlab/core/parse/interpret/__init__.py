@@ -6,7 +6,8 @@ from dispatchlab.core.parse.interpret.backends import resolve_backends
 from dispatchlab.core.parse.interpret.crash import crash_event, decide_crash
 from dispatchlab.core.parse.interpret.phases import fill_year, outcome, phase_spans
 from dispatchlab.core.parse.interpret.runs import summarise_run
-from dispatchlab.core.parse.interpret.server import decide_engine, decide_gpu, model_name, server_args
+from dispatchlab.core.parse.interpret.server import decide_gpu, model_name, server_args
+from dispatchlab.core.parse.interpret.server_evidence import decide_server
 from dispatchlab.core.parse.model import Event, Metrics, ParsedLog
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.parse.vocabulary import MAX_ERRORS, MAX_TIMELINE_EVENTS, rank_sort_key
@@ -29,7 +30,7 @@ def _tail_lines(tail: bytes, keep: int = 40) -> list[str]:
 
 
 def interpret(obs: Observations) -> ParsedLog:
-    engine = decide_engine(obs)
+    engine, server_origin = decide_server(obs)
     server = engine if engine in ("sglang", "vllm") else "unknown"
     version = obs.versions.get(server) if server != "unknown" else None
     args = server_args(obs, server)
@@ -46,6 +47,7 @@ def interpret(obs: Observations) -> ParsedLog:
     doc = ParsedLog(
         server=server,
         server_version=version,
+        server_origin=server_origin if server != "unknown" else None,
         engine=engine,
         model=model_name(obs, args),
         gpu=decide_gpu(obs, args),

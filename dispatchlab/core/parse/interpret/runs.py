@@ -28,7 +28,7 @@ def summarise_run(obs: Observations, last_line: int, crash: Crash | None) -> Run
         outcome=ended,
         exception=crash.exception if crash else None,
         fingerprint=run_fingerprint(ended, crash, tb),
-        crash_line=crash.line if crash else None,
+        crash_line=crash.pointer if crash else None,
         phase=crash.phase if crash else None,
         message=crash.message[:_RUN_MESSAGE] if crash else None,
     )

@@ -1,0 +1,78 @@
+"""Lines that name the server: what tells SGLang from vLLM when the log's own line format does not.
+
+An excerpt pasted from a wrapper (a cloud logger, a supervisor, a CI job) loses the server's prefixes, yet its
+lines still say `vllm version 0.24.0`, "Killing local vLLM worker processes", `(EngineCore_DP0 pid=...)`,
+`sglang.srt...`. Each such line is a mention with a weight: a line only one server prints (its banner, its
+process names, its modules) weighs 3, a path or variable in its namespace 1. The interpret stage weighs them
+(`interpret/server_evidence.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from dispatchlab.core.parse.extract import Hits
+from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.parse.observations import Observations
+
+STRONG, WEAK = 3, 1
+# a server's mentions kept per weight (the first lines are the ones the page quotes)
+_KEEP = 8
+
+# (server, weight, pattern): what each server, and only it, prints or is called
+MARKERS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
+    (
+        "vllm",
+        STRONG,
+        re.compile(
+            r"\bvLLM API server version\b|\bvllm(?: version|==| v)\s?\d|\bvLLM Version\s*:|"
+            r"Killing local vLLM worker processes|\bvllm serve\b|\bvllm\.(?:entrypoints|engine|v1|model_executor|"
+            r"worker|config|distributed|executor|collect_env)\b|\bV1 LLM engine\b|\bVllmConfig\b|"
+            r"\((?:EngineCore(?:_DP\d+)?|VllmWorker\w*(?: \w+)?|APIServer|ApiServer_\d+|Worker_TP\d+\w*|"
+            r"RayWorkerVllm|AsyncVLLM\w*)(?: rank=\d+)? pid=\d+|\bVllmWorkerProcess\b|No module named '?vllm\b|"
+            r"Engine core initialization failed|EngineCore failed to start|\bAsyncLLMEngine\b"
+        ),
+    ),
+    ("vllm", WEAK, re.compile(r"(?:^|[/\\\s\"'])vllm[/\\]\w|\bVLLM_[A-Z][A-Z0-9_]+")),
+    (
+        "sglang",
+        STRONG,
+        re.compile(
+            r"\bsglang\.(?:launch_server|srt|bench_\w+|check_env)\b|\b(?:sglang|SGLang)(?: version|==| v)\s?\d|"
+            r"\bSGLang\b|\bsgl[-_]kernel\b|\(SGLangEngine pid=|\bTpModelWorker\b|"
+            r"\bScheduler hit an exception\b|server_args=ServerArgs\(|No module named '?sglang\b"
+        ),
+    ),
+    ("sglang", WEAK, re.compile(r"(?:^|[/\\\s\"'])sglang[/\\]\w|\bSGL(?:ANG)?_[A-Z][A-Z0-9_]+")),
+)
+
+
+# a version a line gives with the server's name (`vllm version 0.24.0`, `sglang==0.5.2`): the server's own
+_VERSION = re.compile(
+    r"\b(?P<server>vllm|sglang)(?: version|==| v)\s?(?P<version>\d+\.\d+\.\d+[\w.+-]*)", re.I
+)
+
+
+class ServerMentions:
+    RULES: ClassVar[dict[str, str]] = {
+        "server_mention": "|".join(f"(?:{pattern.pattern})" for _server, _weight, pattern in MARKERS),
+    }
+    READS: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, obs: Observations) -> None:
+        self.obs = obs
+
+    def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
+        if "server_mention" not in hits:
+            return False
+        for server, weight, pattern in MARKERS:
+            if pattern.search(line.msg):
+                kept = self.obs.server_mentions.setdefault(server, [])
+                if sum(1 for w, _line, _text in kept if w == weight) < _KEEP:
+                    kept.append((weight, line.number, line.msg.strip()[:300]))
+                break  # a line speaks for one server: the first marker it shows
+        version = _VERSION.search(line.msg)
+        if version is not None:
+            self.obs.version(version.group("server").lower(), version.group("version"))
+        return False
