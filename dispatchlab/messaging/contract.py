@@ -101,6 +101,7 @@ class ConfirmOutcome(TypedDict, total=False):
     host: str
     status: str  # "finished" (the launch ran; the dashboard judges it), "refused" or "cancelled"
     error: str
+    missing_artifacts: bool  # refused at once: it needs FlashInfer's downloaded kernels, absent here
     argv: list[str]
     exit_code: int | None
     ready: bool
