@@ -174,9 +174,12 @@ def score(answers: Iterable[Answer], judge: Judge = detector_judge) -> Score:
 
 
 def detector_fingerprint() -> str:
-    """The first 12 hex digits of garbage.py's SHA-256: which detector the figures are of."""
-    source = ROOT / "dispatchlab" / "core" / "garbage.py"
-    return hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    """The first 12 hex digits of a SHA-256 over the detector package's modules (names and bytes, in
+    name order): which detector the figures are of."""
+    digest = hashlib.sha256()
+    for source in sorted((ROOT / "dispatchlab" / "core" / "garbage").glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _fmt(value: float | None) -> str:
