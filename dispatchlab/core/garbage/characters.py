@@ -23,6 +23,11 @@ _COMMENT_LINE = re.compile(r"^[ \t]*#+[^#\n]*[^\W\d_]", re.MULTILINE)
 # The share of an answer one symbol or word must hold to dominate it.
 DOMINANT = 0.5
 _LONE_HASHES = 8
+# U+FFFD inside the text (not the last character) this many times.
+_FFFD_INSIDE = 2
+_INVISIBLE_RUN = 8
+_COLLAPSE = 8
+_NO_WORDS = 8
 # 'ATGATGATG', '(CAG)n': a nucleotide sequence repeats its motif by nature
 NUCLEOTIDES = frozenset("ACGTUN")
 
@@ -43,11 +48,59 @@ def count_broken(text: str) -> int:
 def broken_characters(text: str, visible: str) -> Check:
     broken = count_broken(text)
     share = broken / len(visible)
-    # One U+FFFD at the end is a multi-byte character cut by max_tokens, not a broken model.
-    if broken and ((broken >= 3 and share >= 0.05) or share >= 0.3):
+    # One U+FFFD at the end is a multi-byte character cut by max_tokens, not a broken model; inside the
+    # text, between words it goes on with, U+FFFD is a detokenizer that split a character's bytes.
+    inside = visible.rstrip("\ufffd").count("\ufffd")
+    if broken and ((broken >= 3 and share >= 0.05) or share >= 0.3 or inside >= _FFFD_INSIDE):
         reason = f"{broken} replacement or control characters (undecodable bytes), {pct(share)} of the answer"
         return garbage_verdict(GarbageKind.MIXED_SCRIPT_NOISE, max(share, 0.5), reason), share
     return None, share
+
+
+def _invisible(ch: str) -> bool:
+    """Drawn as nothing, though not the space, tab or newline an answer is laid out with."""
+    if ch in " \t\n\r":
+        return False
+    return ch.isspace() or ch in BLANK_CHARS or unicodedata.category(ch) == "Cf"
+
+
+def invisible_runs(text: str, visible: str) -> Check:
+    """'Once upon a time,' and then U+200A after U+200A: a decoder stuck on a token that draws nothing.
+    A soft hyphen or a zero-width joiner between words comes alone; a stuck one comes in a run."""
+    run = max((len(list(group)) for key, group in groupby(text) if _invisible(key)), default=0)
+    if run >= _INVISIBLE_RUN:
+        ch = next(key for key, group in groupby(text) if _invisible(key) and len(list(group)) == run)
+        reason = f"the answer runs into {run} invisible characters U+{ord(ch):04X} in a row"
+        return garbage_verdict(GarbageKind.REPEATED_TOKEN, 0.5 + min(run / 100, 0.5), reason), 1.0
+    return None, 0.0
+
+
+def collapse(text: str, visible: str) -> Check:
+    """'GGG GGGGG', 'lllllllll1111111111': the whole answer is one or two characters, each repeated.
+    Numbers ('1000000', '0000') and rows of emoji are what some questions ask for."""
+    runs = [(key, len(list(group))) for key, group in groupby(visible)]
+    if (
+        len(visible) >= _COLLAPSE
+        and len(runs) <= 2
+        and all(length >= 3 for _, length in runs)
+        and not visible.isdigit()
+        and not any(unicodedata.category(key) == "So" for key, _ in runs)
+    ):
+        shown = " then ".join(f"{key!r} {length} times" for key, length in runs)
+        reason = f"the answer is only {shown}"
+        return garbage_verdict(GarbageKind.REPEATED_TOKEN, 1.0, reason), 1.0
+    return None, 0.0
+
+
+def no_words(text: str, visible: str) -> Check:
+    """')." !+,'-$..-.': punctuation and nothing else, no letter, digit or emoji. A smiley (':-)') or a
+    drawn box ('+--+') is short or made of few characters; noise is longer and varied."""
+    if len(visible) < _NO_WORDS or len(set(visible)) < 4:
+        return None, 0.0
+    if any(unicodedata.category(ch)[0] in "LN" or unicodedata.category(ch) == "So" for ch in visible):
+        return None, 0.0
+    reason = f"the answer has no letter, digit or emoji: {len(visible)} punctuation characters"
+    return garbage_verdict(GarbageKind.PUNCTUATION_RUN, 1.0, reason), 1.0
 
 
 def _longest_run(visible: str, ch: str) -> int:

@@ -7,8 +7,11 @@ import unicodedata
 from dispatchlab.core.garbage.characters import (
     BLANK_CHARS,
     broken_characters,
+    collapse,
     empty_list,
+    invisible_runs,
     lone_hashes,
+    no_words,
     symbol_runs,
 )
 from dispatchlab.core.garbage.loops import phrase_loops, segment_loops
@@ -35,6 +38,7 @@ def detect_garbage(text: str) -> GarbageVerdict:
     evidence = 0.0
     for check in (
         broken_characters,
+        invisible_runs,
         special_tokens,
         bpe_markers,
         symbol_runs,
@@ -42,6 +46,8 @@ def detect_garbage(text: str) -> GarbageVerdict:
         phrase_loops,
         segment_loops,
         empty_list,
+        collapse,
+        no_words,
         dominant_word,
         script_noise,
     ):

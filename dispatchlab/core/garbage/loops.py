@@ -17,6 +17,11 @@ _MAX_PERIOD = 40
 _LOOPS_COVER = 0.6
 # A loop the answer goes on from is garbage only when it is this much of the answer.
 _LOOP_ALONE = 0.75
+# A loop of a word or phrase that runs on to the end after a fluent start: this much of the answer.
+_TO_THE_END = 0.2
+# Shorter loops (four repeats or more) of this many different places in the answer, covering this much.
+_BURSTS = 3
+_BURSTS_COVER = 0.4
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,10 @@ def _loop_is_garbage(loop: _Loop) -> bool:
         if len(unit) == 1:
             return loop.repeats >= 8
         # '(_nl, _nl, _nl, ...)' or 'range(2), range(2), ...' in code is a part of the answer; a broken
-        # model's loop takes it over.
+        # model's loop takes it over, or runs on to max_tokens after a fluent start.
         return (
             (loop.repeats >= 8 and loop.share >= 0.35)
+            or (loop.to_end and loop.repeats >= 8 and loop.share >= _TO_THE_END)
             or (loop.repeats >= 5 and loop.share >= DOMINANT)
             or (loop.repeats >= 4 and loop.share >= 0.75)
         )
@@ -107,19 +113,40 @@ def _word_unit(loop: _Loop) -> bool:
     return letters * 2 >= len(unit) > 0 and not any(ch.isdigit() for ch in unit)
 
 
-def _loop_coverage(text: str, loops: list[_Loop], visible_len: int) -> tuple[list[_Loop], float]:
-    """Loops of eight or more words and the share of the answer they cover together: a decoder that
-    hops from one stuck token to the next ('camin naman ... করিনি করিনি ... Encode Encode') loops
-    everywhere, though no one loop dominates."""
-    long = [loop for loop in loops if loop.repeats >= 8 and _word_unit(loop)]
-    if len(long) < 2:
-        return long, 0.0
+def _syllable(loop: _Loop) -> bool:
+    """'la', 'ha', 'na': a sung or laughed syllable, which people repeat in several bursts."""
+    unit = "".join(loop.unit.split())
+    return sum(ch.isalpha() for ch in unit) <= 2 and not any(
+        script_of(ch) in ("CJK", "HANGUL") for ch in unit
+    )
+
+
+def _covered(text: str, loops: list[_Loop], visible_len: int) -> float:
     flat = " ".join(text.split())
     covered = [False] * len(flat)
-    for loop in long:
+    for loop in loops:
         covered[loop.start : loop.end] = [True] * (loop.end - loop.start)
-    visible = sum(1 for index, ch in enumerate(flat) if covered[index] and ch != " ")
-    return long, visible / visible_len
+    return sum(1 for index, ch in enumerate(flat) if covered[index] and ch != " ") / visible_len
+
+
+def _hopping(text: str, loops: list[_Loop], visible_len: int) -> tuple[list[_Loop], float, bool]:
+    """Loops of words and the share of the answer they cover together, and whether that is a decoder
+    hopping from one stuck token to the next ('camin naman ... করিনি করিনি ... Encode Encode', 'gonna
+    gonna gonna look look look'): it loops everywhere, though no one loop dominates. Two loops of eight
+    or more must cover most of the answer; loops of four or more (sung syllables and motifs left out)
+    must come in three places at least and cover a good part of it."""
+    words = [loop for loop in loops if _word_unit(loop)]
+    long = [loop for loop in words if loop.repeats >= 8]
+    coverage = _covered(text, long, visible_len) if len(long) >= 2 else 0.0
+    if coverage >= _LOOPS_COVER:
+        return long, coverage, True
+    bursts = [
+        loop for loop in words if not _syllable(loop) and not set("".join(loop.unit.split())) <= NUCLEOTIDES
+    ]
+    if len(bursts) < _BURSTS:
+        return long, coverage, False
+    burst_coverage = _covered(text, bursts, visible_len)
+    return bursts, burst_coverage, burst_coverage >= _BURSTS_COVER
 
 
 def phrase_loops(text: str, visible: str) -> Check:
@@ -127,15 +154,16 @@ def phrase_loops(text: str, visible: str) -> Check:
     flagged = [loop for loop in loops if _loop_is_garbage(loop)]
     strength = max((loop.share for loop in loops), default=0.0)
     if not flagged:
-        long, coverage = _loop_coverage(text, loops, len(visible))
-        if coverage >= _LOOPS_COVER:
-            units = list(dict.fromkeys(loop.unit.strip() for loop in long))
+        hopping, coverage, garbage = _hopping(text, loops, len(visible))
+        if garbage:
+            units = list(dict.fromkeys(loop.unit.strip() for loop in hopping))
             shown = ", ".join(show(unit) for unit in units[:4]) + (", ..." if len(units) > 4 else "")
             reason = (
-                f"{len(units)} tokens repeated back to back ({shown}) cover {pct(coverage)} of the answer"
+                f"{len(units)} tokens repeated back to back in {len(hopping)} places ({shown}) cover "
+                f"{pct(coverage)} of the answer"
             )
-            return garbage_verdict(GarbageKind.REPEATED_TOKEN, coverage, reason), max(strength, coverage)
-        return None, max(strength, coverage)
+            return garbage_verdict(GarbageKind.REPEATED_TOKEN, max(coverage, 0.5), reason), coverage
+        return None, max(strength, min(coverage, 0.49))
     loop = max(flagged, key=lambda item: (item.share, -len(item.unit)))
     unit = loop.unit.strip()
     words = len(unit.split())

@@ -12,7 +12,7 @@ _SPECIAL_TOKEN = re.compile(
     r"<[|｜][^<>\s|｜]{1,60}[|｜]>"
     r"|</?s>|<(?:unk|pad|mask|eos|bos|sep|cls|eod|eot)>"
     r"|<(?:start|end)_of_turn>|<extra_id_\d+>|<0x[0-9A-Fa-f]{2}>"
-    r"|\[(?:PAD|UNK|MASK|CLS|SEP)\]"
+    r"|\[(?:PAD|UNK|MASK|CLS|SEP)\]|<unused\d+>|\[unused\d+\]"
 )
 # Tokens that stand for nothing (unknown, padding, raw bytes, unused slots): a few of them in an answer
 # mean the ids were not the ones the tokenizer knows.
@@ -20,8 +20,12 @@ _FILLER_TOKEN = re.compile(
     r"<unk>|\[UNK\]|<pad>|\[PAD\]|<0x[0-9A-Fa-f]{2}>|<extra_id_\d+>|<[|｜]reserved_special_token_\d+[|｜]>"
 )
 _FILLER_TOKENS = 3
+# Slots of the vocabulary no text was ever trained into ('<|reserved_special_token_247|>', Gemma's
+# '<unused12>', BERT's '[unused3]'): a model samples one only when its logits are broken.
+_UNUSED_TOKEN = re.compile(r"<[|｜][^<>|｜\s]*reserved[^<>|｜\s]*[|｜]>|<unused\d+>|\[unused\d+\]")
 _TOKEN_RUN = 3
-# A chat template shown as an example is half tokens; an answer of tokens only is a broken decoder.
+# A chat template shown as an example is half tokens; an answer of tokens only (even one end token
+# and nothing else) is a broken decoder.
 _TOKENS_ALONE = 0.75
 # Code spans and fenced blocks: an answer about tokenizers quotes '<|im_end|>' there on purpose.
 CODE_SPAN = re.compile(r"```.*?(?:```|\Z)|`[^`\n]*`", re.DOTALL)
@@ -46,7 +50,11 @@ def special_tokens(text: str, visible: str) -> Check:
             reason = f"the control token {show(run[0].group())} is repeated {len(run)} times in a row"
             return garbage_verdict(GarbageKind.REPEATED_TOKEN, max(share, 0.5), reason), share
         run = [] if match is None else [match]
-    if len(found) >= 2 and share >= _TOKENS_ALONE:
+    unused = _UNUSED_TOKEN.findall(prose)
+    if unused:
+        reason = f"the answer holds {len(unused)} unused vocabulary slots ({show(unused[0])}), which no text maps to"
+        return garbage_verdict(GarbageKind.TOKENIZER_LEAK, max(share, 0.5), reason), share
+    if share >= _TOKENS_ALONE:
         reason = (
             f"{len(found)} control tokens ({show(found[0].group())}, ...) make up {pct(share)} of the answer"
         )
