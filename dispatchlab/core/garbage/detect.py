@@ -18,7 +18,7 @@ from dispatchlab.core.garbage.loops import phrase_loops, segment_loops
 from dispatchlab.core.garbage.scripts import script_noise
 from dispatchlab.core.garbage.tokens import bpe_markers, special_tokens
 from dispatchlab.core.garbage.verdict import GarbageKind, GarbageVerdict, garbage_verdict
-from dispatchlab.core.garbage.words import dominant_word
+from dispatchlab.core.garbage.words import dominant_word, word_salad
 
 # Answers are short; a huge one is judged on its head and tail, where loops and collapse show.
 _MAX_CHARS = 20_000
@@ -50,6 +50,7 @@ def detect_garbage(text: str) -> GarbageVerdict:
         no_words,
         dominant_word,
         script_noise,
+        word_salad,
     ):
         verdict, strength = check(text, visible)
         if verdict is not None:

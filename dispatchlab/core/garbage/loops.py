@@ -153,14 +153,14 @@ def phrase_loops(text: str, visible: str) -> Check:
     loops = _find_loops(text, len(visible))
     flagged = [loop for loop in loops if _loop_is_garbage(loop)]
     strength = max((loop.share for loop in loops), default=0.0)
-    if not flagged:
-        hopping, coverage, garbage = _hopping(text, loops, len(visible))
+    hopping, coverage, garbage = _hopping(text, loops, len(visible))
+    # Several loops that cover more than the worst one alone tell the story better.
+    if not flagged or (garbage and coverage > max(loop.share for loop in flagged)):
         if garbage:
             units = list(dict.fromkeys(loop.unit.strip() for loop in hopping))
             shown = ", ".join(show(unit) for unit in units[:4]) + (", ..." if len(units) > 4 else "")
             reason = (
-                f"{len(units)} tokens repeated back to back in {len(hopping)} places ({shown}) cover "
-                f"{pct(coverage)} of the answer"
+                f"{len(units)} tokens repeated back to back ({shown}) cover {pct(coverage)} of the answer"
             )
             return garbage_verdict(GarbageKind.REPEATED_TOKEN, max(coverage, 0.5), reason), coverage
         return None, max(strength, min(coverage, 0.49))

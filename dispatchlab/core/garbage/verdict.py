@@ -13,6 +13,7 @@ class GarbageKind(StrEnum):
     HASH_RUN = "hash_run"
     MIXED_SCRIPT_NOISE = "mixed_script_noise"
     TOKENIZER_LEAK = "tokenizer_leak"
+    WORD_SALAD = "word_salad"
     EMPTY = "empty"
 
 
