@@ -460,3 +460,82 @@ def test_the_reason_names_the_repeated_control_token_and_the_looping_sentence():
     assert "'</s>'" in token.reason and "4 times" in token.reason
     sentence = detect_garbage("Hi. " + "Wait, let me re-check the calculation of the total cost. " * 5)
     assert "re-check" in sentence.reason and "5 times" in sentence.reason
+
+
+# Written by hand for issue #18 item 5 (the tuning round on tests/fixtures/answers): shapes seen there,
+# rebuilt from how broken decoding looks in general, never copied from an answer.
+TUNED_GARBAGE: list[tuple[str, GarbageKind]] = [
+    ("Once upon a time, " + "\u200a" * 30, GarbageKind.REPEATED_TOKEN),
+    ("ZZZ ZZZZZZ", GarbageKind.REPEATED_TOKEN),
+    ("qqqqqqqq7777777777777777777777", GarbageKind.REPEATED_TOKEN),
+    ("~).,;'!-+)(&% ,.", GarbageKind.PUNCTUATION_RUN),
+    ("Die Antwort ist M\ufffdnchen, nicht K\ufffdln oder Hamburg.", GarbageKind.MIXED_SCRIPT_NOISE),
+    ("Paris is the <|reserved_special_token_3|> capital.", GarbageKind.TOKENIZER_LEAK),
+    ("<|im_end|>", GarbageKind.TOKENIZER_LEAK),
+    (
+        "The weather today is sunny and warm. We packed sandwiches, lemonade and a blanket, then set off "
+        "early so that we could reach the lake before noon, rent a small boat for an hour, and afterwards "
+        "walk slowly back through the village, past the bakery and the church with its tall clock tower, "
+        "towards" + " the old park bench" * 8,
+        GarbageKind.REPEATED_TOKEN,
+    ),
+    ("We want want want want to travel travel travel travel home home home home", GarbageKind.REPEATED_TOKEN),
+    (
+        "mountain forty oxide pencils hyper collision renderer vocational beef schema deriving benefited "
+        "varying Autonomous turns became intelligent years paragraph mechanism standalone leading implements "
+        "division virtual readymade chlorine commitments cloud multiple gemstone lantern",
+        GarbageKind.WORD_SALAD,
+    ),
+]
+
+# Clean answers next to those shapes: prose of languages whose grammatical words are few or short, titles
+# and lists without them, a trailing cut character, invisible joiners where a script needs them.
+TUNED_CLEAN: list[str] = [
+    "Suomi on pohjoismainen valtio, joka sijaitsee Itämeren rannalla. Maan pääkaupunki on Helsinki, ja siellä "
+    "asuu noin kuusisataatuhatta ihmistä. Suomessa on tuhansia järviä, ja metsät peittävät suurimman osan "
+    "maasta. Talvet ovat pitkiä ja kylmiä, mutta kesällä aurinko paistaa lähes koko yön.",
+    "Türkiye, Avrupa ile Asya arasında yer alan bir ülkedir. Başkenti Ankara olup en kalabalık şehri "
+    "İstanbul'dur. Ülkenin kıyıları Karadeniz, Ege ve Akdeniz ile çevrilidir. Türk mutfağı dünyanın en zengin "
+    "mutfaklarından biri olarak kabul edilir ve kebap, baklava gibi yemekler çok ünlüdür.",
+    "Magyarország fővárosa Budapest, amely a Duna két partján fekszik. A város lakossága körülbelül kétmillió "
+    "fő, és az ország gazdasági, kulturális és politikai központja.",
+    "Thủ đô của Việt Nam là Hà Nội, một thành phố có lịch sử hơn một nghìn năm. Hà Nội nổi tiếng với những hồ "
+    "nước đẹp, các con phố cổ và ẩm thực phong phú.",
+    "To enable FP8 quantization, pass the quantization flag when launching the server. The kernel selection "
+    "depends on the compute capability of your GPU: Hopper cards use the CUTLASS path, while older "
+    "architectures fall back to Marlin.",
+    "Breaking News Tonight: Council Approves Downtown Stadium Renovation Budget Increase Amid Growing Public "
+    "Concern Over Traffic Congestion Parking Shortages Construction Noise Delays Rising Property Taxes",
+    "Tags: python, django, celery, redis, postgres, docker, kubernetes, nginx, gunicorn, sentry, grafana, "
+    "prometheus, terraform, ansible, jenkins, github, gitlab, jira, confluence, slack, vault, consul, nomad",
+    ":-) :-)",
+    "+---+\n|   |\n+---+",
+    "می\u200cخواهم به خانه بروم و کتاب\u200cها را بخوانم.",
+    "1000000000",
+    "Hmmmmmm, let me think about that.",
+    "Ha ha ha ha, ha ha ha ha, ha ha ha ha ha! That is a funny one.",
+    "[[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]",
+    "Tick tock, tick tock, tick tock: the clock on the wall kept time all night.",
+    "The answer is M\ufffd",
+    "</s>The capital of France is Paris, and it is known for the Eiffel Tower and the Louvre.",
+]
+
+
+@pytest.mark.parametrize(("text", "kind"), TUNED_GARBAGE)
+def test_invisible_runs_collapse_stray_slots_late_loops_and_word_salad_are_garbage(text, kind):
+    verdict = detect_garbage(text)
+    assert verdict.garbage and verdict.kind == kind, verdict.reason
+    assert 0.5 <= verdict.score <= 1.0
+
+
+@pytest.mark.parametrize("text", TUNED_CLEAN)
+def test_prose_of_many_languages_titles_lists_and_small_drawings_stay_ordinary(text):
+    verdict = detect_garbage(text)
+    assert not verdict.garbage, verdict.reason
+
+
+def test_the_reasons_name_what_was_found():
+    assert "U+200A" in detect_garbage("Once upon a time, " + "\u200a" * 30).reason
+    assert "unused vocabulary slot" in detect_garbage("Hi <|reserved_special_token_9|> there").reason
+    salad = detect_garbage(TUNED_GARBAGE[-1][0])
+    assert "grammatical words" in salad.reason and "%" in salad.reason
