@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import OUT, PYTHON, parse_size
+from common import OUT, parse_size
 from parse_throughput import GREP_ENV, grep_command, match_command, pattern_file
 from shapes import SHAPES
 from treerun import TreeRun, run_tree
@@ -80,7 +80,9 @@ def startup_ms() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=parse_size, default=100 * 1000 * 1000, help="bytes per shape: 100MB, 1GiB")
+    parser.add_argument(
+        "--size", type=parse_size, default=100 * 1000 * 1000, help="bytes per shape: 100MB, 1GiB"
+    )
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ",".join(SHAPES))
     parser.add_argument("--no-gz", action="store_true", help="skip the .gz of each shape")
     parser.add_argument("--runs", type=int, default=1)
@@ -115,7 +117,10 @@ def main() -> None:
                 f"{'ok' if ok else 'MISSED' if match.returncode == 0 else f'EXIT {match.returncode}'}",
                 flush=True,
             )
-    print(f"goals: >= {GOAL_MB_S} MB/s and < {GOAL_TREE_MB} MB tree memory: " + (f"missed on {', '.join(failed)}" if failed else "all met"))
+    print(
+        f"goals: >= {GOAL_MB_S} MB/s and < {GOAL_TREE_MB} MB tree memory: "
+        + (f"missed on {', '.join(failed)}" if failed else "all met")
+    )
 
 
 if __name__ == "__main__":

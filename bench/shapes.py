@@ -40,14 +40,26 @@ _FRAMES = [
     ("/sgl-workspace/sglang/python/sglang/srt/speculative/eagle_worker.py", 212, "init_cuda_graphs"),
     ("/sgl-workspace/sglang/python/sglang/srt/speculative/eagle_draft_cuda_graph_runner.py", 98, "__init__"),
     ("/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", 402, "capture"),
-    ("/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", 511, "capture_one_batch_size"),
+    (
+        "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py",
+        511,
+        "capture_one_batch_size",
+    ),
     ("/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v4_nextn.py", 145, "forward"),
     ("/usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py", 1773, "_wrapped_call_impl"),
     ("/sgl-workspace/sglang/python/sglang/srt/models/deepseek_v4.py", 688, "forward"),
     ("/sgl-workspace/sglang/python/sglang/srt/layers/moe/fused_moe_triton/layer.py", 943, "forward"),
     ("/sgl-workspace/sglang/python/sglang/srt/layers/quantization/mxfp4.py", 711, "apply"),
-    ("/usr/local/lib/python3.12/dist-packages/flashinfer/fused_moe/core.py", 1877, "trtllm_fp4_block_scale_routed_moe"),
-    ("/usr/local/lib/python3.12/dist-packages/flashinfer/fused_moe/core.py", 1450, "trtllm_fp4_block_scale_moe_op"),
+    (
+        "/usr/local/lib/python3.12/dist-packages/flashinfer/fused_moe/core.py",
+        1877,
+        "trtllm_fp4_block_scale_routed_moe",
+    ),
+    (
+        "/usr/local/lib/python3.12/dist-packages/flashinfer/fused_moe/core.py",
+        1450,
+        "trtllm_fp4_block_scale_moe_op",
+    ),
 ]
 _CRASH = (
     "RuntimeError: Error in function 'run' at /workspace/csrc/trtllm_batched_gemm_runner.cu:254: "
@@ -85,7 +97,10 @@ def crash_run(attempt: int) -> str:
     for r in range(4):
         lines.append(f"[{_ts(t + 41)} TP{r}] Scheduler hit an exception: Traceback (most recent call last):")
         for file, number, function in _FRAMES:
-            lines += [f'  File "{file}", line {number}, in {function}', "    return self._call_impl(*args, **kwargs)"]
+            lines += [
+                f'  File "{file}", line {number}, in {function}',
+                "    return self._call_impl(*args, **kwargs)",
+            ]
         lines.append(_CRASH)
         lines.append("")
     lines += [
@@ -106,7 +121,14 @@ def _serving(rng: random.Random, t: float, rank: str = "TP0") -> str:
     return f'[{_ts(t)}] INFO:     10.1.{rng.randint(0, 255)}.{rng.randint(1, 254)}:{rng.randint(1024, 65535)} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
 
 
-_EXCEPTIONS = ("RuntimeError", "ValueError", "KeyError", "AssertionError", "torch.OutOfMemoryError", "TypeError")
+_EXCEPTIONS = (
+    "RuntimeError",
+    "ValueError",
+    "KeyError",
+    "AssertionError",
+    "torch.OutOfMemoryError",
+    "TypeError",
+)
 _MODULES = ("scheduler", "tp_worker", "model_runner", "cuda_graph_runner", "radix_cache", "schedule_batch")
 
 
@@ -121,7 +143,9 @@ def distinct_traceback(n: int, t: float) -> str:
             f"in handler_{n}_{depth}",
             f"    result = self.step_{depth}(batch, forward_mode={rng.randint(0, 3)})",
         ]
-    lines.append(f"{_EXCEPTIONS[n % len(_EXCEPTIONS)]}: unexpected state {n} in request batch {n * 7919 % 100003}")
+    lines.append(
+        f"{_EXCEPTIONS[n % len(_EXCEPTIONS)]}: unexpected state {n} in request batch {n * 7919 % 100003}"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -184,9 +208,12 @@ def ranks64(path: Path, size: int) -> None:
     def blocks() -> Iterator[str]:
         rng = random.Random(64)
         yield f"[{_ts(0)}] {_ARGS.format(seed=64)}\n"
-        for step in ("Init torch distributed begin.", "Load weight begin. avail mem=78.00 GB",
-                     "KV Cache is allocated. #tokens: 400000, KV size: 20.10 GB",
-                     "Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB"):
+        for step in (
+            "Init torch distributed begin.",
+            "Load weight begin. avail mem=78.00 GB",
+            "KV Cache is allocated. #tokens: 400000, KV size: 20.10 GB",
+            "Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB",
+        ):
             yield "".join(f"[{_ts(5)} {rank}] {step}\n" for rank in ranks)
         t = 60.0
         while True:
@@ -195,10 +222,17 @@ def ranks64(path: Path, size: int) -> None:
                 t += 0.001
                 out.append(_serving(rng, t, rng.choice(ranks)) + "\n")
             if rng.random() < 0.02:  # every rank reports the same watchdog stall, interleaved
-                out += [f"[{_ts(t)} {rank}] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=True)\n" for rank in ranks]
+                out += [
+                    f"[{_ts(t)} {rank}] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=True)\n"
+                    for rank in ranks
+                ]
                 # and the same traceback from every rank, lines interleaved (torchrun's [rankN]: prefix)
                 frames = [f'  File "{f}", line {n}, in {fn}' for f, n, fn in _FRAMES[:8]]
-                for line in ["Traceback (most recent call last):", *frames, "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited"]:
+                for line in [
+                    "Traceback (most recent call last):",
+                    *frames,
+                    "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, remote process exited",
+                ]:
                     out += [f"[rank{r}]: {line}\n" for r in range(64)]
             yield "".join(out)
 
@@ -206,7 +240,22 @@ def ranks64(path: Path, size: int) -> None:
 
 
 def long_lines(path: Path, size: int) -> None:
-    words = "the quick summary of the attached design document explains why the cache layer matters ".split()
+    words = [
+        "the",
+        "quick",
+        "summary",
+        "of",
+        "the",
+        "attached",
+        "design",
+        "document",
+        "explains",
+        "why",
+        "the",
+        "cache",
+        "layer",
+        "matters",
+    ]
 
     def blocks() -> Iterator[str]:
         rng = random.Random(11)
@@ -217,7 +266,9 @@ def long_lines(path: Path, size: int) -> None:
                 t += 0.1
                 out.append(_serving(rng, t) + "\n")
             prompt = " ".join(rng.choice(words) for _ in range(200_000))[: 1 << 20]
-            out.append(f"[{_ts(t)}] Receive: obj=GenerateReqInput(rid='{rng.getrandbits(64):016x}', text='{prompt}')\n")
+            out.append(
+                f"[{_ts(t)}] Receive: obj=GenerateReqInput(rid='{rng.getrandbits(64):016x}', text='{prompt}')\n"
+            )
             yield "".join(out)
 
     _fill(path, size, blocks())

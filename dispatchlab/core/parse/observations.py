@@ -90,7 +90,9 @@ class Observations:
     # the backends announced are the current run's (`new_run` clears them); versions, GPU and the launch
     # command (a supervisor may echo it once) are the file's
     run_first_line: int = 1
-    runs: list[RunSummary] = field(default_factory=list)  # the runs before the current one (the first and last)
+    runs: list[RunSummary] = field(
+        default_factory=list
+    )  # the runs before the current one (the first and last)
     run_total: int = 0  # the runs before the current one, listed or not
     runs_omitted: dict[str, int] = field(default_factory=dict)  # runs left out of `runs`, by fingerprint
 
