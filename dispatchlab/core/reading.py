@@ -22,9 +22,10 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 CHUNK_BYTES = 16 * 1024 * 1024
-# A line without a newline for this long is cut (memory stays bounded); the parser itself only looks at
-# the first MAX_PARSED_LINE_BYTES of any line, so a 10 MB single line costs no more than a short one.
-MAX_LINE_BYTES = 64 * 1024 * 1024
+# A line keeps its first MAX_LINE_BYTES, the rest is dropped (memory stays bounded, a log of no newline at
+# all is one line); the parser itself only looks at the first MAX_PARSED_LINE_BYTES of any line, so a 10 MB
+# single line costs no more than a short one.
+MAX_LINE_BYTES = 8 * 1024 * 1024
 MAX_PARSED_LINE_BYTES = 1024 * 1024
 SNIFF_BYTES = 64 * 1024
 # Decompression bombs: refuse archives that expand far beyond what logs compress to.
@@ -330,6 +331,7 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
     budget = _current_budget() if source.compressed else None
     with source.opener() as stream:
         carry = b""
+        overlong = False
         while True:
             try:
                 block = stream.read(CHUNK_BYTES)
@@ -339,12 +341,15 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
                 break
             if budget is not None:
                 budget.spend(len(block), source.name)
+            if overlong:
+                block, overlong = rest_of_long_line(block)
+                if overlong:
+                    continue
             cut = block.rfind(b"\n") + 1
             if cut == 0:
                 carry += block
                 if len(carry) >= MAX_LINE_BYTES:
-                    yield normalise_chunk(carry + b"\n")
-                    carry = b""
+                    carry, overlong = carry[:MAX_LINE_BYTES], True
                 continue
             # one copy per chunk: the carried partial line, then the block up to its last newline
             chunk = (
@@ -358,6 +363,13 @@ def iter_chunks(source: Source) -> Iterator[bytes]:
             yield normalise_chunk(chunk)
         if carry:
             yield normalise_chunk(carry + b"\n")
+
+
+def rest_of_long_line(block: bytes) -> tuple[bytes, bool]:
+    """A line past MAX_LINE_BYTES keeps its first MAX_LINE_BYTES: the block from the newline that ends it (the
+    bytes before it dropped), and whether the line still goes on past this block."""
+    newline = block.find(b"\n")
+    return (b"", True) if newline < 0 else (block[newline:], False)
 
 
 def normalise_chunk(chunk: bytes) -> bytes:

@@ -47,7 +47,7 @@ def _head(doc: dict[str, Any]) -> list[str]:
     if versions:
         out.append("versions " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     out.append(f"outcome  {doc.get('outcome')}   ({doc.get('line_count', 0):,} lines)")
-    return out + describe_runs(doc.get("runs") or [])
+    return out + describe_runs(doc.get("runs") or [], doc.get("runs_omitted_by_fingerprint") or {})
 
 
 def _backends(doc: dict[str, Any]) -> list[str]:
@@ -140,23 +140,31 @@ def _ending(run: dict[str, Any]) -> str:
     return f"crashed{where}: {what}" + (f": {message}" if message else "")
 
 
-def describe_runs(runs: list[dict[str, Any]]) -> list[str]:
+def describe_runs(runs: list[dict[str, Any]], omitted: dict[str, int] | None = None) -> list[str]:
     """A file of several runs in a few lines: "N runs, all crashed the same way", or how they ended, each
-    way with its runs (runs that ended the same way share a fingerprint)."""
+    way with its runs (runs that ended the same way share a fingerprint). `omitted`: the runs a long crash
+    loop's document does not list, counted by fingerprint."""
     if len(runs) < 2:
         return []
+    omitted = omitted or {}
     ways: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         ways.setdefault(str(run.get("fingerprint")), []).append(run)
+    total = len(runs) + sum(omitted.values())
     last = runs[-1]
     which = f"the diagnosis is run {last['index']}'s (lines {last['first_line']}-{last['last_line']})"
-    if len(ways) == 1:
+    if len(ways) == 1 and set(omitted) <= set(ways):
         verb = "crashed" if last.get("outcome") == "crashed" else f"ended {last.get('outcome')}"
-        return [f"runs     {len(runs)} runs, all {verb} the same way; {which}", f"         {_ending(last)}"]
-    out = [f"runs     {len(runs)} runs ended {len(ways)} different ways; {which}"]
-    for group in ways.values():
+        return [f"runs     {total:,} runs, all {verb} the same way; {which}", f"         {_ending(last)}"]
+    out = [f"runs     {total:,} runs ended {len(ways.keys() | omitted.keys())} different ways; {which}"]
+    for fingerprint, group in ways.items():
         label = "run" if len(group) == 1 else "runs"
-        out.append(f"         {label} {_indices([r['index'] for r in group])}: {_ending(group[0])}")
+        more = omitted.get(fingerprint, 0)
+        listed = _indices([r["index"] for r in group]) + (f" ... and {more:,} more" if more else "")
+        out.append(f"         {label} {listed}: {_ending(group[0])}")
+    unlisted = sum(count for fingerprint, count in omitted.items() if fingerprint not in ways)
+    if unlisted:
+        out.append(f"         ... and {unlisted:,} more runs that ended other ways")
     return out
 
 

@@ -164,3 +164,18 @@ def test_a_crash_loop_keeps_its_first_and_last_runs_on_the_timeline():
     assert any(n <= parsed.runs[0].last_line for n in lines)
     assert any(e.name == "crash" and e.line >= last.first_line for e in parsed.timeline)
     assert parsed.truncated_events > 0
+
+
+def test_a_crash_loop_past_the_cap_lists_its_first_and_last_runs_and_counts_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr("dispatchlab.core.parse.observations.MAX_RUNS_LISTED", 10)
+    doc = _analyze(tmp_path, *[VLLM_OOM] * 25)
+    assert [r["index"] for r in doc["runs"]] == [*range(1, 6), *range(20, 26)]
+    assert doc["runs_omitted"] == 14
+    assert list(doc["runs_omitted_by_fingerprint"].values()) == [14]
+    assert doc["runs"][-1]["last_line"] == doc["line_count"]
+    assert "25 runs, all crashed the same way; the diagnosis is run 25's" in render_summary(doc)
+
+
+def test_a_crash_loop_under_the_cap_has_no_omitted_runs(tmp_path):
+    doc = _analyze(tmp_path, VLLM_OOM, VLLM_OOM)
+    assert len(doc["runs"]) == 2 and "runs_omitted" not in doc

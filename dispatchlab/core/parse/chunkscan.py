@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from dispatchlab.core.lineindex import chunk_checkpoints
 from dispatchlab.core.parse.scanner import Scanner
-from dispatchlab.core.reading import MAX_PARSED_LINE_BYTES, normalise_chunk
+from dispatchlab.core.reading import MAX_LINE_BYTES, MAX_PARSED_LINE_BYTES, normalise_chunk, rest_of_long_line
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
@@ -95,7 +95,8 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
         hit = min(live)
         start = chunk.rfind(b"\n", 0, hit) + 1
         out.append(start)
-        position = max(hit + 1, start + stride)
+        end = find(b"\n", hit)  # one sample per line, however many statistics a long line holds
+        position = max(hit + 1, start + stride, size if end < 0 else end + 1)
         if position >= size:
             break
         upcoming = [
@@ -173,14 +174,21 @@ def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
     handle.seek(start)
     remaining = end - start
     carry = b""
+    overlong = False
     while remaining > 0:
         block = handle.read(min(WORKER_CHUNK_BYTES, remaining))
         if not block:
             break
         remaining -= len(block)
+        if overlong:  # the rest of a line past MAX_LINE_BYTES is dropped, as iter_chunks drops it
+            block, overlong = rest_of_long_line(block)
+            if overlong:
+                continue
         cut = len(block) if remaining <= 0 else block.rfind(b"\n") + 1
         if cut == 0:
             carry += block
+            if len(carry) >= MAX_LINE_BYTES:
+                carry, overlong = carry[:MAX_LINE_BYTES], True
             continue
         # one copy at most: the carried partial line joined to the block up to its last newline
         chunk = (

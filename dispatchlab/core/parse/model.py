@@ -195,6 +195,8 @@ class ParsedLog:
     # the server starts of a file that holds several, the last one being what crash and outcome describe;
     # empty for one run (and then left out of the JSON document)
     runs: list[RunSummary] = field(default_factory=list)
+    # runs of a long crash loop left out of `runs` (the first and last are listed), counted by fingerprint
+    runs_omitted: dict[str, int] = field(default_factory=dict)
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
     # the log's last lines (decoded, at most a few kilobytes): not in the JSON document
@@ -223,7 +225,10 @@ class ParsedLog:
         doc["draft_backend_origins"] = {k: vars(v).copy() for k, v in self.draft_backend_origins.items()}
         if len(self.runs) > 1:
             doc["runs"] = [run.to_dict() for run in self.runs]
+        if self.runs_omitted:
+            doc["runs_omitted"] = sum(self.runs_omitted.values())
+            doc["runs_omitted_by_fingerprint"] = dict(self.runs_omitted)
         return doc
 
 
-_NOT_IN_DOCUMENT = frozenset({"pattern_hits", "runs", "tail"})
+_NOT_IN_DOCUMENT = frozenset({"pattern_hits", "runs", "runs_omitted", "tail"})

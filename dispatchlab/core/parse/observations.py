@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine, Event, Origin, PatternHit, RunSummary, Traceback
-from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, MAX_TIMELINE_EVENTS
+from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, MAX_RUNS_LISTED, MAX_TIMELINE_EVENTS
 
 
 class Milestone(NamedTuple):
@@ -92,7 +92,20 @@ class Observations:
     # the backends announced are the current run's (`new_run` clears them); versions, GPU and the launch
     # command (a supervisor may echo it once) are the file's
     run_first_line: int = 1
-    runs: list[RunSummary] = field(default_factory=list)  # the runs before the current one
+    runs: list[RunSummary] = field(
+        default_factory=list
+    )  # the runs before the current one (the first and last)
+    run_total: int = 0  # the runs before the current one, listed or not
+    runs_omitted: dict[str, int] = field(default_factory=dict)  # runs left out of `runs`, by fingerprint
+
+    def finished_run(self, summary: RunSummary) -> None:
+        """Keep a finished run's record; past MAX_RUNS_LISTED the middle ones become counts (a crash loop of
+        a million runs holds a few hundred records)."""
+        self.run_total += 1
+        self.runs.append(summary)
+        if len(self.runs) > MAX_RUNS_LISTED:
+            dropped = self.runs.pop(MAX_RUNS_LISTED // 2)
+            self.runs_omitted[dropped.fingerprint] = self.runs_omitted.get(dropped.fingerprint, 0) + 1
 
     def new_run(self, first_line: int) -> None:
         """The server starts again at `first_line`: what decides a crash starts afresh."""

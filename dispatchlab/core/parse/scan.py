@@ -233,13 +233,13 @@ class Scan:
         self.run_timeline_start = len(obs.timeline)
         self.run_latest_time = None
         self.run_banner_line = line.number
-        obs.event(line, "phase", "server_start", f"run {len(obs.runs) + 1}: the server starts again")
+        obs.event(line, "phase", "server_start", f"run {obs.run_total + 1}: the server starts again")
 
     def _compact_timeline(self) -> None:
         """A crash loop must leave room for its last run: past half the cap, the events of the runs between
         the first and the one just finished go (counted in truncated_events)."""
         obs = self.obs
-        if len(obs.timeline) <= MAX_TIMELINE_EVENTS // 2 or len(obs.runs) < 3:
+        if len(obs.timeline) <= MAX_TIMELINE_EVENTS // 2 or obs.run_total < 3:
             return
         first_end, keep_from = obs.runs[0].last_line, obs.runs[-1].first_line
         kept = [e for e in obs.timeline if e.line <= first_end or e.line >= keep_from]

@@ -30,10 +30,11 @@ ROUTINE = re.compile(
 
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
 _INLINE_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+_DOLLAR = re.compile(r"(?<!\\)\$")
 
 
 # bump when _to_hyperscan changes: cached databases built by the old translation are then ignored
-_TRANSLATION = 2
+_TRANSLATION = 3
 
 
 def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
@@ -49,6 +50,10 @@ def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
         pattern = pattern[1:]
     # \Z and $ at the end mean end of line here (the scan is multi-line)
     pattern = re.sub(r"\\Z$", "$", pattern)
+    # run on to the end of the line: the same lines match, and each reports one end there instead of one per
+    # byte of a trailing `\S{22,}` or `.*` (millions of Python callbacks on a crash loop's frames)
+    if not _DOLLAR.search(pattern):  # Hyperscan takes no `$` before more pattern; those end there already
+        pattern = f"({pattern})" + r"[^\n]*$"
     return pattern.encode("utf-8"), flags
 
 

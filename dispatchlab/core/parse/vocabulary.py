@@ -62,6 +62,8 @@ NOT_FAILURE_EVIDENCE = ("sigquit", "init_failed", "exception", "error", "request
 
 # Caps that keep a document small whatever the log holds.
 MAX_TIMELINE_EVENTS = 4000
+# a crash loop's runs listed: the first and the last half of this; the runs between are counted by how they ended
+MAX_RUNS_LISTED = 200
 MAX_TRACEBACKS = 200
 MAX_FRAMES = 80
 MAX_HITS_PER_PATTERN = 25

@@ -134,7 +134,10 @@ class Generated:
         # Python alike; the backreference (`_REPEAT`) runs in handle, on bare lines only. As a rule it would
         # be slow twice: Hyperscan's prefilter widens it to any line, and Python's search tries every unit
         # length at every character of every long word (1 ms on a 2 KB path).
-        "gen_repeat": r"\S{22,}",
+        # Only a line that starts with its text can be bare output (`_bare_repeat`): anchored by `(?:^)`, which
+        # Hyperscan keeps (a bare `^` it drops), so a traceback's indented frame paths are not candidates.
+        # A raw line may start with blanks that a `Line N: ` label or a table gutter puts before the text.
+        "gen_repeat": r"(?:^)(?:\S|[ \t]*Line \d+: |[ \t]+[|+])[^\n]*?\S{22}",
         # twelve words in a row, each starting with a letter: the gate for `_WORD_LOOP` (a backreference,
         # checked in handle on these lines only)
         "gen_words": r"(?:[^\W\d_][^\s\d]{1,23} ){12}",

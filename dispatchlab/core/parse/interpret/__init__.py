@@ -73,6 +73,7 @@ def interpret(obs: Observations) -> ParsedLog:
         truncated_events=truncated,
         nccl_transports=obs.nccl_transports,
         runs=[*obs.runs, summarise_run(obs, obs.line_count, crash)] if obs.runs else [],
+        runs_omitted=obs.runs_omitted,
         pattern_hits=obs.pattern_hits,
         tail=_tail_lines(obs.tail),
     )

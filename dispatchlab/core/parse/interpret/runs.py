@@ -22,7 +22,7 @@ def summarise_run(obs: Observations, last_line: int, crash: Crash | None) -> Run
     ended = outcome(obs, crash)
     tb = next((t for t in obs.tracebacks if t.line == crash.line), None) if crash else None
     return RunSummary(
-        index=len(obs.runs) + 1,
+        index=obs.run_total + 1,
         first_line=obs.run_first_line,
         last_line=last_line,
         outcome=ended,
@@ -39,7 +39,7 @@ def close_run(obs: Observations, last_line: int, timeline_start: int) -> None:
     crash = decide_crash(obs)
     if crash is not None:
         obs.timeline.append(crash_event(crash, obs.timeline[timeline_start:]))
-    obs.runs.append(summarise_run(obs, last_line, crash))
+    obs.finished_run(summarise_run(obs, last_line, crash))
 
 
 def last_progress(obs: Observations) -> int:
