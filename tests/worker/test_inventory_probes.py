@@ -407,7 +407,7 @@ def fake_gpu(capability: tuple[int, int]) -> Any:
         cuda=SimpleNamespace(synchronize=lambda: None, empty_cache=lambda: None), ones=lambda *a, **k: healthy
     )
     arch = f"sm_{capability[0]}{capability[1]}"
-    return lambda shapes, timeout: probes._Context(
+    return lambda shapes, timeout: probes.Context(
         torch=torch, gpu="NVIDIA H200", arch=arch, capability=capability, shapes=shapes, jit_timeout_s=timeout
     )
 
@@ -450,7 +450,7 @@ def test_each_failure_is_classified_and_the_other_probes_still_run(monkeypatch):
         Probe("fine", "torch", probes.Component.GEMM, "", passes),
     ]
     monkeypatch.setattr(probes, "PROBES", {p.name: p for p in fakes})
-    monkeypatch.setattr(probes, "_context", fake_gpu((9, 0)))
+    monkeypatch.setattr(probes, "open_context", fake_gpu((9, 0)))
     results = {r.name: r.to_dict() for r in run_probes()}
     assert results["no_image"]["status"] == "UNSUPPORTED_ARCH"
     assert results["no_image"]["error"] == "RuntimeError: CUDA error: no kernel image is available"
@@ -487,13 +487,13 @@ def test_a_kernel_refused_below_its_arch_is_unsupported_arch_and_a_failed_downlo
         ),
     ]
     monkeypatch.setattr(probes, "PROBES", {p.name: p for p in fakes})
-    monkeypatch.setattr(probes, "_context", fake_gpu((9, 0)))
+    monkeypatch.setattr(probes, "open_context", fake_gpu((9, 0)))
     fp4, trtllm = run_probes()
     assert fp4.status == ProbeStatus.UNSUPPORTED_ARCH
     assert fp4.error == "RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED when calling cublasLtMatmul"
     assert trtllm.status == ProbeStatus.MISSING_ARTIFACTS
     assert trtllm.error.startswith("AssertionError: Failed to get checksums.txt")
-    monkeypatch.setattr(probes, "_context", fake_gpu((10, 0)))
+    monkeypatch.setattr(probes, "open_context", fake_gpu((10, 0)))
     assert run_probes(["fp4"])[0].status == ProbeStatus.RUNTIME_ERROR  # on its own arch it is a plain failure
 
 
@@ -720,8 +720,8 @@ def test_a_probe_whose_kernels_are_downloaded_answers_missing_artifacts_at_once_
         Probe("cutlass", "flashinfer_cutlass", probes.Component.MOE, "", raising("boom"), needs="flashinfer"),
     ]
     monkeypatch.setattr(probes, "PROBES", {p.name: p for p in fakes})
-    monkeypatch.setattr(probes, "_context", fake_gpu((9, 0)))
-    monkeypatch.setattr(probes.importlib.util, "find_spec", lambda name: SimpleNamespace(name=name))
+    monkeypatch.setattr(probes, "open_context", fake_gpu((9, 0)))
+    monkeypatch.setattr(probes.harness.importlib.util, "find_spec", lambda name: SimpleNamespace(name=name))
     started = time.monotonic()
     trtllm, cutlass = run_probes(artifacts=missing)
     assert time.monotonic() - started < 2 and ran == []

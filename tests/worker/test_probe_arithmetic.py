@@ -12,7 +12,7 @@ import pytest
 
 from tests.needs import require_torch
 from worker import probes
-from worker.probes import PROBES, ModelShapes, ProbeResult, ProbeStatus
+from worker.probes import PROBES, ModelShapes, ProbeResult, ProbeStatus, attention, gemm, harness, memory, moe
 
 
 @pytest.fixture(autouse=True)
@@ -48,14 +48,14 @@ def on_cpu(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     def measure(ctx: Any, r: ProbeResult, fn: Any, *, flops: float = 0.0, nbytes: float = 0.0, metric: str):
         fn()
         seen.update(flops=flops, nbytes=nbytes, metric=metric)
-        probes._rate(ctx, r, MS, flops=flops, nbytes=nbytes, metric=metric)
+        harness.rate(ctx, r, MS, flops=flops, nbytes=nbytes, metric=metric)
 
-    monkeypatch.setattr(probes, "DEVICE", "cpu")
-    monkeypatch.setattr(probes, "GEMM_N", 64)
-    monkeypatch.setattr(probes, "CHECK_ROWS", 16)
-    monkeypatch.setattr(probes, "COPY_BYTES", 4 << 20)
-    monkeypatch.setattr(probes, "SDPA_SHAPE", (1, 2, 64, 16))
-    monkeypatch.setattr(probes, "_measure", measure)
+    monkeypatch.setattr(harness, "DEVICE", "cpu")
+    monkeypatch.setattr(gemm, "GEMM_N", 64)
+    monkeypatch.setattr(harness, "CHECK_ROWS", 16)
+    monkeypatch.setattr(memory, "COPY_BYTES", 4 << 20)
+    monkeypatch.setattr(attention, "SDPA_SHAPE", (1, 2, 64, 16))
+    monkeypatch.setattr(harness, "measure", measure)
     return seen
 
 
@@ -65,7 +65,7 @@ SMALL_MOE = ModelShapes(hidden_size=64, moe_intermediate_size=32, num_experts=8,
 def run(
     name: str, torch: Any = None, *, perturb: bool = False, shapes: ModelShapes = SMALL_MOE
 ) -> ProbeResult:
-    ctx = probes._Context(
+    ctx = probes.Context(
         torch=torch or CpuTorch(),
         gpu="NVIDIA H200",
         arch="sm_90",
@@ -73,7 +73,7 @@ def run(
         shapes=shapes,
         perturb=perturb,
     )
-    return probes._run_one(PROBES[name], ctx)
+    return probes.run_one(PROBES[name], ctx)
 
 
 # ---------------------------------------------------------------- arithmetic, by hand
@@ -87,12 +87,12 @@ def test_a_gemm_counts_2mnk_flops_and_reports_tflops_and_share_of_the_h200_bf16_
     assert (result.ms, result.tflops, result.gbps) == (2.0, 0.0, None)
     # At the real size: 2 * 8192^3 = 1.0995e12 FLOP in 1.389 ms = 791.6 TFLOP/s = 80.0% of 989.
     r = ProbeResult("gemm_bf16", "cublas", "gemm")
-    probes._rate(run_ctx(), r, 1.389, flops=2.0 * 8192**3, metric="bf16")
+    harness.rate(run_ctx(), r, 1.389, flops=2.0 * 8192**3, metric="bf16")
     assert (r.tflops, r.peak_fraction, r.extra["peak_metric"]) == (791.6, 0.8, "bf16")
 
 
 def run_ctx() -> Any:
-    return probes._Context(gpu="NVIDIA H200", arch="sm_90", capability=(9, 0))
+    return probes.Context(gpu="NVIDIA H200", arch="sm_90", capability=(9, 0))
 
 
 def test_a_copy_counts_bytes_read_and_written_in_gb_per_s_against_hbm(on_cpu):
@@ -104,7 +104,7 @@ def test_a_copy_counts_bytes_read_and_written_in_gb_per_s_against_hbm(on_cpu):
     assert (result.gbps, result.tflops, result.peak_fraction) == (4.2, None, 0.001)
     # The lent H200's anchor: 2 GiB copied (4294967296 bytes moved) in 1.0056 ms = 4271.0 GB/s = 89.0%.
     r = ProbeResult("memory_copy", "torch", "memory")
-    probes._rate(run_ctx(), r, 1.0056, nbytes=2.0 * (2 << 30), metric="memory")
+    harness.rate(run_ctx(), r, 1.0056, nbytes=2.0 * (2 << 30), metric="memory")
     assert (r.gbps, r.peak_fraction) == (4271.0, 0.89)
 
 
@@ -125,20 +125,20 @@ def test_an_moe_layer_counts_three_matmuls_per_routed_token_and_its_weight_bytes
     # DeepSeek-V3's shapes: 6 * 4096 tokens * top-8 * 7168 * 2048 = 2.886e12 FLOP; in 4 ms 721.6 TFLOP/s,
     # 73.0% of 989; its 256 experts' weights are 3 * 256 * 7168 * 2048 * 2 = 22548578304 bytes.
     v3 = ModelShapes()
-    assert probes._moe_flops(v3) == 2886218022912.0
+    assert moe.moe_flops(v3) == 2886218022912.0
     r = ProbeResult("moe_grouped_mm", "torch._grouped_mm", "moe")
-    probes._rate(run_ctx(), r, 4.0, flops=probes._moe_flops(v3), metric="bf16")
+    harness.rate(run_ctx(), r, 4.0, flops=moe.moe_flops(v3), metric="bf16")
     assert (r.tflops, r.peak_fraction) == (721.6, 0.73)
-    assert probes._moe_bytes(v3) > 3 * 256 * 7168 * 2048 * 2 == 22548578304
+    assert moe.moe_bytes(v3) > 3 * 256 * 7168 * 2048 * 2 == 22548578304
 
 
 def test_each_probe_is_compared_with_the_peak_of_its_own_number_format():
-    assert probes.peak_for("NVIDIA H200", "fp8") == 1979.0
+    assert harness.peak_for("NVIDIA H200", "fp8") == 1979.0
     r = ProbeResult("gemm_fp8", "cublaslt", "gemm")
-    probes._rate(run_ctx(), r, 1.0, flops=2.0 * 8192**3, metric="fp8")
+    harness.rate(run_ctx(), r, 1.0, flops=2.0 * 8192**3, metric="fp8")
     assert (r.tflops, r.peak_fraction) == (1099.5, 0.556)  # 1099.5 / 1979, not / 989
     unknown = ProbeResult("gemm_bf16", "cublas", "gemm")
-    probes._rate(probes._Context(gpu="NVIDIA GeForce GTX 1080"), unknown, 1.0, flops=1e12, metric="bf16")
+    harness.rate(probes.Context(gpu="NVIDIA GeForce GTX 1080"), unknown, 1.0, flops=1e12, metric="bf16")
     assert unknown.tflops == 1000.0 and unknown.peak_fraction is None  # no datasheet row: no share
 
 
@@ -150,15 +150,15 @@ def test_the_check_allows_atol_plus_rtol_times_the_reference_and_nothing_more():
 
     ref = torch.tensor([1.0, 100.0, 0.0])
     within = ProbeResult("x", "y", "gemm")
-    probes._check(within, ref + torch.tensor([0.0199, 1.0099, 0.0099]), ref)
+    harness.check(within, ref + torch.tensor([0.0199, 1.0099, 0.0099]), ref)
     assert within.status == ProbeStatus.PASSED and within.matched_ratio == 1.0
     for off in ([0.0201, 0, 0], [0, 1.0101, 0], [0, 0, 0.0101]):
         outside = ProbeResult("x", "y", "gemm")
-        probes._check(outside, ref + torch.tensor(off), ref)
+        harness.check(outside, ref + torch.tensor(off), ref)
         assert outside.status == ProbeStatus.INCORRECT_NUMERICAL, off
         assert "outside atol=rtol=0.01" in (outside.error or "")
     nan = ProbeResult("x", "y", "gemm")
-    probes._check(nan, torch.tensor([1.0, float("nan"), 0.0]), ref)
+    harness.check(nan, torch.tensor([1.0, float("nan"), 0.0]), ref)
     assert nan.status == ProbeStatus.INCORRECT_NUMERICAL and nan.extra["non_finite"] == 1
 
 
@@ -226,7 +226,7 @@ def test_a_probe_that_compares_nothing_is_unchecked_not_passed(monkeypatch):
     ctx = run_ctx()
     ctx.torch = CpuTorch()
     for fn in (times_only, claims_to_pass):
-        result = probes._run_one(probes.Probe("p", "b", probes.Component.GEMM, "", fn), ctx)
+        result = probes.run_one(probes.Probe("p", "b", probes.Component.GEMM, "", fn), ctx)
         assert result.status == ProbeStatus.UNCHECKED and not result.checked
         assert result.runs is True and result.to_dict()["status"] == "UNCHECKED"
 
@@ -234,5 +234,6 @@ def test_a_probe_that_compares_nothing_is_unchecked_not_passed(monkeypatch):
 def test_the_trtllm_fp4_moe_probe_says_unchecked_because_its_weights_are_random_codes():
     import inspect
 
-    source = inspect.getsource(probes._flashinfer_trtllm_moe_fp4)
-    assert "ProbeStatus.UNCHECKED" in source and "ProbeStatus.PASSED" not in source and "_check" not in source
+    source = inspect.getsource(moe.flashinfer_trtllm_moe_fp4)
+    assert "ProbeStatus.UNCHECKED" in source and "ProbeStatus.PASSED" not in source
+    assert "check(" not in source and "check_output(" not in source

@@ -84,15 +84,15 @@ def test_the_attention_sweep_proposes_the_servers_flag_value_of_the_fastest_corr
 
 def test_a_wrong_backend_fails_the_whole_output_check() -> None:
     from worker.probes import ProbeResult
-    from worker.sweep import SweepEntry, _check, rank
+    from worker.sweep import SweepEntry, check, rank
 
     ref = torch.randn(64, 64)
     good = SweepEntry(ProbeResult("good", "x", "moe"), required=0.95)
     bad = SweepEntry(ProbeResult("bad", "x", "moe"), required=0.95)
-    _check(good, ref.to(torch.bfloat16), ref)
+    check(good, ref.to(torch.bfloat16), ref)
     wrong = ref.clone()
     wrong[:8] = 0.5  # 1/8 of the output wrong: past the 5% MoE allowance
-    _check(bad, wrong, ref)
+    check(bad, wrong, ref)
     good.result.ms, bad.result.ms = 2.0, 1.0
     ranked = rank([bad, good])
     assert bad.result.status == "INCORRECT_NUMERICAL" and not bad.correct
@@ -101,11 +101,11 @@ def test_a_wrong_backend_fails_the_whole_output_check() -> None:
 
 def test_a_proposal_resting_on_our_own_stand_in_kernel_says_it_is_one() -> None:
     from worker.probes import ProbeResult
-    from worker.sweep import SweepEntry, _check, propose, rank
+    from worker.sweep import SweepEntry, check, propose, rank
 
     ref = torch.randn(32, 32)
     triton = SweepEntry(ProbeResult("triton", "triton (worker.repro.triton_moe)", "moe"), flag_value="triton")
-    _check(triton, ref.clone(), ref)
+    check(triton, ref.clone(), ref)
     triton.result.ms = 1.0
     fix = propose("moe", rank([triton]))
     assert fix is not None and fix["value"] == "triton"
