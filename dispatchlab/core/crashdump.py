@@ -17,6 +17,7 @@ import io
 import math
 import pickletools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
@@ -419,6 +420,9 @@ class CrashDump:
         return sum(1 for r in self.requests if not r.finished)
 
 
+_KEPT_NO_MORE = "<more than the reader keeps>"
+
+
 class _Plain:
     """JSON-able copies of what was read, bounded in depth, nodes and string length: a hostile pickle can
     nest a list a million deep, put a list inside itself, or share one list a thousand times a level."""
@@ -429,7 +433,7 @@ class _Plain:
     def __call__(self, value: Any, depth: int = 0) -> Any:
         self.nodes_left -= 1
         if self.nodes_left < 0:
-            return "<more than the reader keeps>"
+            return _KEPT_NO_MORE
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, str):
@@ -443,9 +447,9 @@ class _Plain:
         if depth >= MAX_VALUE_DEPTH:
             return "<nested too deep>"
         if isinstance(value, dict):
-            return {str(k): self(v, depth + 1) for k, v in list(value.items())[:1000]}
+            return self._entries(value.items(), depth)
         if isinstance(value, (list, tuple)):
-            return [self(v, depth + 1) for v in value[:1000]]
+            return self._items(value, depth)
         if isinstance(value, Global):
             return f"<{value.name}>"
         if isinstance(value, Opaque):
@@ -461,7 +465,26 @@ class _Plain:
             inner = value.args[0]
             if inner is None or isinstance(inner, (str, float, bool)) or _small_int(inner):
                 return f"<{value.class_name}: {self(inner)!r}>"
-        return {"__class__": value.class_name, **{str(k): self(v, depth + 1) for k, v in fields.items()}}
+        return {"__class__": value.class_name, **self._entries(fields.items(), depth)}
+
+    # Each stops at the first child past the budget: one visit more per container, however wide.
+    def _items(self, values: Iterable[Any], depth: int) -> list[Any]:
+        out: list[Any] = []
+        for value in values:
+            if self.nodes_left <= 0:
+                out.append(_KEPT_NO_MORE)
+                break
+            out.append(self(value, depth + 1))
+        return out
+
+    def _entries(self, pairs: Iterable[tuple[Any, Any]], depth: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if self.nodes_left <= 0:
+                out["…"] = _KEPT_NO_MORE
+                break
+            out[str(key)] = self(value, depth + 1)
+        return out
 
 
 def _number(value: Any) -> float | None:
@@ -483,7 +506,9 @@ def _request(entry: Any) -> DumpedRequest | None:
     if not isinstance(entry, (tuple, list)) or not entry:
         return None
     obj = entry[0]
-    fields = obj.fields() if isinstance(obj, Instance) else obj if isinstance(obj, dict) else {}
+    if not isinstance(obj, (Instance, dict)):
+        return None
+    fields = obj.fields() if isinstance(obj, Instance) else obj
     out = entry[1] if len(entry) > 1 and isinstance(entry[1], dict) else {}
     meta_info = out.get("meta_info")
     meta: dict[Any, Any] = meta_info if isinstance(meta_info, dict) else {}
@@ -563,7 +588,9 @@ def read_crash_dump(data: bytes, name: str) -> CrashDump:
     plain = _Plain()
     if isinstance(args, Instance):
         args_class = args.class_name
-        server_args = plain(args.fields(), 1)
+        # only SGLang's dataclass is taken for arguments; any other object stays a name
+        if args.class_name.rpartition(".")[2] == "ServerArgs":
+            server_args = plain(args.fields(), 1)
     elif isinstance(args, dict):
         server_args = plain(args, 1)
     raw_requests = top.get("requests")
@@ -649,7 +676,12 @@ def crash_dump_lines(dump: CrashDump) -> list[str]:
         body = ", ".join(f"{key}={_repr_value(value)}" for key, value in dump.server_args.items())
         lines.append(f"{stamp}{ARGS_LINE_PREFIX}ServerArgs({body})")
     else:
-        lines.append(f"{stamp}{SUMMARY_LINE_PREFIX}no server_args in the dump (SGLang could not pickle them)")
+        why = (
+            f"a {_safe(dump.server_args_class, 120)} object instead"
+            if dump.server_args_class
+            else "SGLang could not pickle them"
+        )
+        lines.append(f"{stamp}{SUMMARY_LINE_PREFIX}no server_args in the dump ({why})")
     if dump.launch_command:
         lines.append(f"{stamp}crash dump launch command: {_launch_line(dump.launch_command)}")
     requests, total = dump.requests, dump.request_count

@@ -101,6 +101,7 @@ class Source:
     stored_bytes: int | None  # size on disk, for progress; None when unknown
     path: Path | None = None  # set for a plain uncompressed file, which can be read in segments
     compressed: bool = False  # its bytes count against the report's expansion budget
+    facts_only: bool = False  # lines made from a tool's file (a crash dump): facts, never the log's tail
 
 
 def _magic(head: bytes) -> str:
@@ -185,7 +186,7 @@ def _crash_dump_source(name: str, open_dump: Callable[[], BinaryIO]) -> Source:
         text = crashdump.crash_dump_text(_read_crash_dump(open_dump(), name), name)
     except crashdump.NotACrashDump as error:
         raise LogReadError(f"{name}: not an SGLang crash dump: {error}") from None
-    return Source(name, lambda: io.BytesIO(text), len(text))
+    return Source(name, lambda: io.BytesIO(text), len(text), facts_only=True)
 
 
 def _safe_member_name(name: str) -> bool:
