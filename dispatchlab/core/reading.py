@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from dispatchlab.core import crashdump
+
 CHUNK_BYTES = 16 * 1024 * 1024
 # A line keeps its first MAX_LINE_BYTES, the rest is dropped (memory stays bounded, a log of no newline at
 # all is one line); the parser itself only looks at the first MAX_PARSED_LINE_BYTES of any line, so a 10 MB
@@ -100,6 +102,7 @@ class Source:
     stored_bytes: int | None  # size on disk, for progress; None when unknown
     path: Path | None = None  # set for a plain uncompressed file, which can be read in segments
     compressed: bool = False  # its bytes count against the report's expansion budget
+    facts_only: bool = False  # lines made from a tool's file (a crash dump): facts, never the log's tail
 
 
 def _magic(head: bytes) -> str:
@@ -163,6 +166,28 @@ def _check_text(head: bytes, name: str) -> None:
     controls = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
     if controls > len(sample) // 20:
         raise LogReadError(f"{name}: binary data, not a text log")
+
+
+# ---- SGLang crash dumps (`--crash-dump-folder`): a pickle, never unpickled, read as the lines it amounts to
+
+
+def _read_crash_dump(stream: BinaryIO, name: str) -> bytes:
+    with stream:
+        data = stream.read(crashdump.MAX_DUMP_BYTES + 1)
+    if len(data) > crashdump.MAX_DUMP_BYTES:
+        raise crashdump.NotACrashDump(
+            f"larger than {crashdump.MAX_DUMP_BYTES:,} bytes, the limit on one dump"
+        )
+    return data
+
+
+def _crash_dump_source(name: str, open_dump: Callable[[], BinaryIO]) -> Source:
+    """The dump's facts as text lines (crashdump.crash_dump_lines); LogReadError when it is no dump."""
+    try:
+        text = crashdump.crash_dump_text(_read_crash_dump(open_dump(), name), name)
+    except crashdump.NotACrashDump as error:
+        raise LogReadError(f"{name}: not an SGLang crash dump: {error}") from None
+    return Source(name, lambda: io.BytesIO(text), len(text), facts_only=True)
 
 
 def _safe_member_name(name: str) -> bool:
@@ -250,17 +275,22 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
 
         sources.append(Source(f"{display}:{info.filename}", opener, info.compress_size, compressed=True))
     readable = []
+    refused_dump: LogReadError | None = None
     for source in sources:
         with source.opener() as stream:
             head = stream.read(SNIFF_BYTES)
         try:
+            if crashdump.looks_like_pickle(head, source.name):
+                readable.append(_crash_dump_source(source.name, source.opener))
+                continue
             _check_text(head, source.name)
-        except LogReadError:
+        except LogReadError as error:
+            refused_dump = refused_dump or (error if "crash dump" in str(error) else None)
             continue  # a screenshot or core dump next to the logs: skip it, keep the logs
         readable.append(source)
     if not readable:
         archive.close()
-        raise LogReadError(f"{display}: zip holds no text logs")
+        raise refused_dump or LogReadError(f"{display}: zip holds no text logs")
     return readable
 
 
@@ -277,6 +307,8 @@ def _file_sources(raw: str | Path) -> list[Source]:
     except OSError as error:
         raise LogReadError(f"{display}: cannot read ({error.strerror or error})") from None
     size = path.stat().st_size
+    if crashdump.looks_like_pickle(head, display):
+        return [_crash_dump_source(display, lambda: path.open("rb"))]
     kind = _magic(head)
     if kind == "zip":
         return _zip_sources(path, display)

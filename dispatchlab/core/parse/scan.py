@@ -115,7 +115,8 @@ class Scan:
             self.next_sample = scan.next_sample
             if self.index is not None:
                 self.index.add_text(chunk)
-            self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+            if not source.facts_only:
+                self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
             yield scan
 
     def feed(self, scan: ChunkScan) -> None:

@@ -6,6 +6,7 @@ import re
 from functools import lru_cache
 from typing import Any, ClassVar
 
+from dispatchlab.core.crashdump import ARGS_LINE_PREFIX, SUMMARY_LINE_PREFIX
 from dispatchlab.core.parse.extract import Hits, group
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.observations import Observations
@@ -41,6 +42,7 @@ class Arguments:
         "vllm_engine_config": _ENGINE_CONFIG,
         "vllm_version": r"vLLM (?:API )?server version (?P<version>[\w.+-]+)|^vLLM Version\s*: (?P<version2>[\w.+-]+)",
         "launch": _LAUNCH,
+        "crash_dump": rf"^{SUMMARY_LINE_PREFIX}\d[\d,]* requests in flight",
     }
     READS: ClassVar[frozenset[str]] = frozenset()
 
@@ -51,6 +53,9 @@ class Arguments:
         votes = self.obs.server_votes
         if "args_dump" in hits:
             self._args_dump(line, following)
+            return True
+        if "crash_dump" in hits:
+            self.obs.event(line, "backend", "crash_dump", line.msg[len(SUMMARY_LINE_PREFIX) :])
             return True
         if "vllm_non_default" in hits:
             votes["vllm"] += 5
@@ -90,10 +95,17 @@ class Arguments:
                     break
         obs = self.obs
         obs.server_votes["sglang"] += 10
-        obs.server_args.update(fields)
-        obs.server_args_complete = complete
-        obs.dump_line = line.number
+        if text.startswith(ARGS_LINE_PREFIX) and obs.server_args:
+            # a crash dump's arguments (crashdump.py) fill what the log's own dump does not say
+            for key, value in fields.items():
+                obs.server_args.setdefault(key, value)
+        else:
+            obs.server_args.update(fields)
+            obs.server_args_complete = complete
+            obs.dump_line = line.number
         summary = f"ServerArgs dump, {len(fields)} fields" + ("" if complete else " (cut short)")
+        if text.startswith(ARGS_LINE_PREFIX):
+            summary = f"ServerArgs from an SGLang crash dump, {len(fields)} fields"
         obs.event(line, "backend", "server_args", summary)
 
     def _launch(self, line: Line, following: bytes) -> None:
