@@ -1,6 +1,6 @@
 """What the API takes and answers, declared once: the views build their answers as these TypedDicts and
 dispatchlab.api.schema turns the same types into the OpenAPI document (a docstring under a field is its
-description there). Decision records' shapes live beside their serialiser (dispatchlab.decisions.serialize).
+description there). Decision records' shapes live in dispatchlab.api.decision_shapes.
 
 Every answer may gain fields (CONTRACT.md: extend, never break); a client ignores those it does not know.
 """
@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic reads typing.TypedDict only from Python 3.12
 
+from dispatchlab.api.decision_shapes import DecisionRef
 from dispatchlab.api.pagination import NO_NUL, PageQuery
 from dispatchlab.core.signatures import DATA_DIR, FAILURE_CLASSES, LEVELS, SEVERITIES
-from dispatchlab.decisions.serialize import DecisionRef
 from dispatchlab.reports.selectors import backend_filter_problem
 
 # One vocabulary (STYLE 16): the Literals take their values from where they are defined.

@@ -468,6 +468,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 DISPATCHLAB_NOTIFY_QUEUE = notify_queue(CELERY_TASK_DEFAULT_QUEUE)
 CELERY_TASK_ROUTES = {
     "reports.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    # Event subscribers (dispatchlab.events) run where reports are parsed: every run mode has that worker.
+    "events.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
     "notify.*": {"queue": DISPATCHLAB_NOTIFY_QUEUE},
     # What GPU workers send back (dispatchlab.messaging.contract).
     "hosts.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},

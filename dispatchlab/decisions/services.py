@@ -448,10 +448,10 @@ def decision_update(
 
 
 def on_stale(record: Decision) -> None:
-    """A record turned stale (once per staleness): tell the project's notification endpoints."""
+    """A record turned stale (once per staleness): announced, so the project's endpoints hear of it."""
     from django.urls import reverse
 
-    from dispatchlab.notify.services import notify_decision_stale
+    from dispatchlab.events import DecisionTurnedStale, announce
 
     logger.info(
         "decision %s of project %s (%s) is stale: %s",
@@ -460,13 +460,15 @@ def on_stale(record: Decision) -> None:
         record.title,
         record.stale_reason,
     )
-    notify_decision_stale(
-        project=record.project,
-        record_id=record.id,
-        number=record.number,
-        title=record.title,
-        reason=record.stale_reason,
-        url=reverse("front:decision", args=[record.id]),
+    announce(
+        DecisionTurnedStale(
+            project_id=record.project_id,
+            record_id=record.id,
+            number=record.number,
+            title=record.title,
+            reason=record.stale_reason,
+            url=reverse("front:decision", args=[record.id]),
+        )
     )
 
 

@@ -1,9 +1,9 @@
 """Everything that changes endpoints, events, deliveries and group closures. Views, tasks, commands and
 the other apps' hooks call these.
 
-Events come from three places: `notify_report_landed` (reports, when a parsed report lands in a group:
-a new group, or a closed group coming back), `notify_decision_stale` (decisions, with primitives only)
-and `endpoint_send_test` (the endpoint page). `event_emit` stores the event and one Delivery per
+Events come from three places: `notify_report_landed` (reports' events, when a parsed report lands in a
+group: a new group, or a closed group coming back), `notify_decision_stale` (decisions' event, with
+primitives only), both through notify.handlers, and `endpoint_send_test` (the endpoint page). `event_emit` stores the event and one Delivery per
 subscribed endpoint in the caller's transaction and enqueues `notify.deliver` on commit; a paused
 endpoint's delivery is stored as skipped and never sent.
 
@@ -342,8 +342,8 @@ def event_emit(
 
 
 def notify_report_landed(*, report: Report, group_id: int, group_created: bool) -> Event | None:
-    """A freshly parsed report landed in a failure group (called by reports in its transaction): a new
-    group, or a closed group coming back, becomes an event for the project's endpoints."""
+    """A freshly parsed report landed in a failure group (notify.handlers, on reports' event, in a
+    transaction): a new group, or a closed group coming back, becomes an event for the endpoints."""
     group = FailureGroup.objects.select_related("project").get(id=group_id)
     if group_created:
         fields = {"group": _group_fields(group), "report": _report_fields(report)}

@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from dispatchlab.reports.tasks import REDELIVERED_UNTIL_DONE
+from dispatchlab.taskpolicy import REDELIVERED_UNTIL_DONE
 
 # Far above DISPATCHLAB_NOTIFY_MAX_ATTEMPTS: the delivery row counts the attempts and stops retrying;
 # this only bounds a task that keeps meeting a database that is down.

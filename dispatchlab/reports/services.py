@@ -783,10 +783,11 @@ def _report_store(
                 title=_group_title(document, columns), failure_class=columns["failure_class"]
             )
             if not reanalysis:
-                from dispatchlab.notify.services import notify_report_landed
+                from dispatchlab.events import FailureGroupOpened, FailureGroupRecurred, announce
 
-                # A new group, or a closed one coming back: the project's webhooks hear of it on commit.
-                notify_report_landed(report=report, group_id=group.id, group_created=group_created)
+                # A new group, or one seen again (notify tells webhooks when it had been closed): on commit.
+                landed = FailureGroupOpened if group_created else FailureGroupRecurred
+                announce(landed(group_id=group.id, report_id=report.id))
     return Outcome.DONE
 
 

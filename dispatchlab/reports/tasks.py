@@ -5,21 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
-# Retried only on infrastructure errors, with jittered exponential backoff: a bad input is a stored
-# failure, not a retry.
-RETRY_INFRASTRUCTURE: dict[str, Any] = {
-    "autoretry_for": (OperationalError, InterfaceError),
-    "retry_backoff": True,
-    "retry_jitter": True,
-}
-# For a task that is safe to repeat: acknowledged once it ran, so a killed worker's message comes again.
-REDELIVERED_UNTIL_DONE: dict[str, Any] = {
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    **RETRY_INFRASTRUCTURE,
-}
+from dispatchlab.taskpolicy import REDELIVERED_UNTIL_DONE
 
 # A duplicate task finding the report claimed by a live worker looks again this many times, once
 # each stale-claim period; after that the periodic reports.requeue_stale is the safety net.
@@ -29,21 +16,14 @@ BUSY_RECHECKS = 3
 # Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
 @shared_task(name="reports.analyze", bind=True, max_retries=5, **REDELIVERED_UNTIL_DONE)
 def report_analyze_task(self: Any, report_id: int) -> str:
-
     from dispatchlab.reports.services import Outcome, report_analyze, report_busy_seconds
 
     outcome = report_analyze(report_id=int(report_id))
     if outcome in (Outcome.DONE, Outcome.FAILED):
-        from dispatchlab.gpu.services import confirm_report_parsed
+        from dispatchlab.events import ReportParsed, announce
 
-        # The output of a confirm run: now its outcome can be decided.
-        confirm_report_parsed(report_id=int(report_id))
-    if outcome == Outcome.DONE:
-        from dispatchlab.decisions.services import decisions_report_parsed
-
-        # Revisit-when conditions this log meets make their records stale; the document lists the
-        # decision records linked to its fingerprint and signatures.
-        decisions_report_parsed(report_id=int(report_id))
+        # Its subscribers (decisions, the GPU side) each run as a task of their own.
+        announce(ReportParsed(report_id=int(report_id), succeeded=outcome == Outcome.DONE))
     if outcome == Outcome.BUSY and self.request.retries < BUSY_RECHECKS:
         # Another worker holds the claim (a holder killed on this machine would have been taken over
         # already); look again the moment the claim goes stale, which a dead holder's does.
