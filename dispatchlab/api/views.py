@@ -49,7 +49,7 @@ from dispatchlab.api.shapes import (
 from dispatchlab.reports.models import Project, Redaction, Report
 from dispatchlab.reports.redaction import RedactionRefused, redaction_from, redaction_request
 from dispatchlab.reports.selectors import report_similar_cases, report_similar_groups, reports_filtered
-from dispatchlab.reports.services import (
+from dispatchlab.reports.submit import (
     UPLOAD_ENVELOPE_BYTES,
     QuotaExceeded,
     UploadRejected,

@@ -431,7 +431,7 @@ def confirm_output_text(confirm: ConfirmRun) -> str:
 def confirm_finished(*, payload: dict[str, Any], allow_missing: bool = False) -> ConfirmRun | None:
     """Store the worker's outcome and turn the output into a new report. Raises OutputIncomplete
     while pieces the worker sent are missing (unless allow_missing)."""
-    from dispatchlab.reports.services import report_submit
+    from dispatchlab.reports.submit import report_submit
 
     confirm = (
         ConfirmRun.objects.select_related("project", "report", "created_by")

@@ -261,13 +261,9 @@ def _store_values(report: Report, before: dict[str, Any], after: dict[str, Any])
 
 def redaction_run(*, redaction_id: int) -> RunOutcome:
     """Run one redaction (see the module's docstring). WAITING: call again later."""
-    from dispatchlab.reports.services import (
-        _delete_stored,
-        _local_copies,
-        _readable,
-        _text_copy_delete,
-        report_enqueue_on_commit,
-    )
+    from dispatchlab.reports.analysis import _local_copies, _readable
+    from dispatchlab.reports.retention import _text_copy_delete
+    from dispatchlab.reports.submit import _delete_stored, report_enqueue_on_commit
 
     token = uuid.uuid4().hex
     refusal = _claim(redaction_id, token)

@@ -16,7 +16,7 @@ BUSY_RECHECKS = 3
 # Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
 @shared_task(name="reports.analyze", bind=True, max_retries=5, **REDELIVERED_UNTIL_DONE)
 def report_analyze_task(self: Any, report_id: int) -> str:
-    from dispatchlab.reports.services import Outcome, report_analyze, report_busy_seconds
+    from dispatchlab.reports.analysis import Outcome, report_analyze, report_busy_seconds
 
     outcome = report_analyze(report_id=int(report_id))
     if outcome in (Outcome.DONE, Outcome.FAILED):
@@ -33,14 +33,14 @@ def report_analyze_task(self: Any, report_id: int) -> str:
 
 @shared_task(name="reports.requeue_stale", acks_late=False)
 def reports_requeue_stale_task() -> int:
-    from dispatchlab.reports.services import reports_requeue_stale
+    from dispatchlab.reports.submit import reports_requeue_stale
 
     return reports_requeue_stale()
 
 
 @shared_task(name="reports.prune_expired", acks_late=False)
 def reports_prune_expired_task() -> int:
-    from dispatchlab.reports.services import reports_prune_expired
+    from dispatchlab.reports.retention import reports_prune_expired
 
     return reports_prune_expired()
 

@@ -14,8 +14,9 @@ from seedlog import seed_case_lines
 
 from dispatchlab.gpu import services
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_analyze, report_create
+from dispatchlab.reports.submit import report_create
 
 pytestmark = pytest.mark.browser
 

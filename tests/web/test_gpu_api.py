@@ -12,7 +12,7 @@ from dispatchlab.gpu import services
 from dispatchlab.gpu.models import ConfirmRun
 from dispatchlab.gpu.services import host_heartbeat
 from dispatchlab.messaging.contract import CONFIRM_TASK
-from dispatchlab.reports.services import apitoken_create
+from dispatchlab.reports.accounts import apitoken_create
 from tests.web.test_gpu_pages import _canonical_document
 
 

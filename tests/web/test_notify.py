@@ -32,8 +32,9 @@ from dispatchlab.gpu.services import confirm_report_parsed
 from dispatchlab.notify import services
 from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
 from dispatchlab.notify.payloads import EventKind, verify
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import FailureGroup, Report
-from dispatchlab.reports.services import report_analyze, report_submit
+from dispatchlab.reports.submit import report_submit
 
 # ---------------------------------------------------------------- helpers
 
@@ -396,7 +397,7 @@ def test_a_group_closed_by_an_accepted_decision_comes_back_too(acme, land, enque
 
 
 def test_a_rematch_into_a_closed_group_is_not_a_return(acme, land, enqueued, make_document, core):
-    from dispatchlab.reports.services import report_rematch
+    from dispatchlab.reports.submit import report_rematch
 
     endpoint(acme)
     crash = land(b"one\n")
