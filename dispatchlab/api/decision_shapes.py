@@ -15,7 +15,7 @@ from dispatchlab.api.pagination import NO_NUL, PageQuery
 from dispatchlab.core.decisions import REVISIT_PACKAGES, DecisionStatus
 from dispatchlab.decisions import models
 from dispatchlab.decisions.selectors import decision_links
-from dispatchlab.decisions.services import FINGERPRINT, MAX_ALTERNATIVES, MAX_LINKS, MAX_TEXT, SIGNATURE_ID
+from dispatchlab.decisions.validation import FINGERPRINT, MAX_ALTERNATIVES, MAX_LINKS, MAX_TEXT, SIGNATURE_ID
 
 Status = Literal[tuple(s.value for s in DecisionStatus)]  # type: ignore[valid-type]
 RevisitPackage = Literal[REVISIT_PACKAGES]  # type: ignore[valid-type]

@@ -34,8 +34,9 @@ from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import operation, route
 from dispatchlab.api.shapes import Error, Invalid
 from dispatchlab.decisions.models import Decision, DecisionEdit, DecisionLink
-from dispatchlab.decisions.services import DecisionInvalid, decision_create
+from dispatchlab.decisions.services import decision_create
 from dispatchlab.decisions.services import decision_update as update
+from dispatchlab.decisions.validation import DecisionInvalid
 from dispatchlab.reports.models import Project
 from dispatchlab.reports.selectors import project_named
 

@@ -22,11 +22,11 @@ from dispatchlab.core import analyze_paths
 from dispatchlab.decisions import services
 from dispatchlab.decisions.models import Decision, DecisionEdit
 from dispatchlab.decisions.services import (
-    DecisionInvalid,
     decision_create,
     decision_update,
     decisions_report_parsed,
 )
+from dispatchlab.decisions.validation import DecisionInvalid
 from dispatchlab.reports.models import Report
 from dispatchlab.reports.submit import report_submit
 from dispatchlab.reports.tasks import report_analyze_task
