@@ -87,7 +87,7 @@ def signatures(request: HttpRequest, *, query: SignatureListQuery) -> HttpRespon
     tags=("knowledge base",),
 )
 def signature(request: HttpRequest, signature_id: str) -> HttpResponse:
-    from dispatchlab.gpu.services import signature_confirmations
+    from dispatchlab.gpu.confirm_outcomes import signature_confirmations
 
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):

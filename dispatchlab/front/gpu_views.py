@@ -161,7 +161,8 @@ def _argv(confirm: ConfirmRun) -> list[dict[str, Any]]:
 
 def report_context(request: HttpRequest, report: Report) -> dict[str, Any]:
     """What report.html's "Confirm on GPU" panel and confirm-output banner need (`gpu_*` keys)."""
-    from dispatchlab.gpu.services import host_status_for_arch, signature_confirmations
+    from dispatchlab.gpu.confirm_outcomes import signature_confirmations
+    from dispatchlab.gpu.services import host_status_for_arch
 
     context: dict[str, Any] = {
         "gpu_confirm_of": ConfirmRun.objects.filter(result_report=report, project=report.project)

@@ -8,8 +8,8 @@ from typing import Any
 from django.db.models import Q
 
 from dispatchlab.events import ReportParsed
+from dispatchlab.gpu.confirm_outcomes import confirm_report_parsed
 from dispatchlab.gpu.models import ConfirmOutput, ConfirmRun
-from dispatchlab.gpu.services import confirm_report_parsed
 from dispatchlab.reports.models import Report
 
 # The confirm run's columns that may quote the report's launch (and so a secret in it).

@@ -27,8 +27,8 @@ from django.urls import reverse
 
 import dispatchlab.core
 from dispatchlab.core.lineindex import write_line_index
+from dispatchlab.gpu.confirm_outcomes import confirm_report_parsed
 from dispatchlab.gpu.models import ConfirmRun
-from dispatchlab.gpu.services import confirm_report_parsed
 from dispatchlab.notify import delivery as sending
 from dispatchlab.notify import services
 from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
