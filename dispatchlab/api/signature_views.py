@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from dispatchlab.api.auth import authenticate, error
 from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import operation
-from dispatchlab.api.shapes import (
-    Error,
+from dispatchlab.api.shapes import Error
+from dispatchlab.api.signature_shapes import (
     Patterns,
     Signature,
     SignatureConfirmation,
