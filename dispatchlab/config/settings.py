@@ -189,6 +189,9 @@ INSTALLED_APPS = [
 # The pages (W2's app) are optional so the API and the worker also run from a checkout without them.
 if importlib.util.find_spec("dispatchlab.front") is not None:
     INSTALLED_APPS.append("dispatchlab.front")
+# Apps of one's own, as paperless-ngx's PAPERLESS_APPS: a feature that subscribes to the apps' events
+# (dispatchlab.events) in its AppConfig.ready() without editing dispatchlab (docs/architecture.md).
+INSTALLED_APPS += env_list("DISPATCHLAB_EXTRA_APPS", [])
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
