@@ -3,9 +3,10 @@
 - `decision_create` / `decision_update` validate (field-level messages for people), store the record, its
   links and one history entry with every changed field (from, to), then, once committed, refresh the
   match documents of the reports the record concerns (task `decisions.refresh`).
-- `decisions_report_parsed` is the parse pipeline's hook: a log that shows a version meeting a record's
-  revisit-when condition makes the record stale (`decision_mark_stale`, a conditional UPDATE, so
-  `on_stale` runs once however many logs show it), then the report's document gets its decisions.
+- `decisions_report_parsed` answers the pipeline's ReportParsed event (decisions.handlers): a log that
+  shows a version meeting a record's revisit-when condition makes the record stale
+  (`decision_mark_stale`, a conditional UPDATE, so `on_stale` runs once however many logs show it, and
+  announces DecisionTurnedStale), then the report's document gets its decisions.
 - `report_attach_decisions` writes `document["decisions"]` and `document["matches"][i]["decisions"]` with
   the same core function the CLI uses (dispatchlab.core.decisions.attach_decisions).
 """

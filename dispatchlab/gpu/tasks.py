@@ -1,5 +1,5 @@
 """The dashboard's side of the GPU worker's messages (dispatchlab.messaging.contract): thin tasks
-over dispatchlab.gpu.services."""
+over dispatchlab.gpu.services and dispatchlab.gpu.confirm_outcomes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Celery tasks: thin wrappers taking ids; the work and its safety live in services.py."""
+"""Celery tasks: thin wrappers taking ids; the work and its safety live in analysis.py, submit.py,
+retention.py and redaction.py. A finished analysis is announced (dispatchlab.events.ReportParsed)."""
 
 from __future__ import annotations
 
