@@ -135,8 +135,9 @@ def main() -> int:
 
     from dispatchlab.gpu.models import ConfirmRun, GpuHost, ProbeRun
     from dispatchlab.gpu.services import confirm_create, confirm_plan, probe_request
+    from dispatchlab.reports.accounts import user_bootstrap
     from dispatchlab.reports.models import Report
-    from dispatchlab.reports.services import report_submit, user_bootstrap
+    from dispatchlab.reports.submit import report_submit
 
     results: dict[str, Any] = {}
     call_command("migrate", verbosity=0)

@@ -183,8 +183,9 @@ def main() -> int:
     from django.core.files import File
     from django.test import Client
 
+    from dispatchlab.reports.analysis import report_analyze
     from dispatchlab.reports.models import Membership, Project, Report
-    from dispatchlab.reports.services import report_analyze, report_submit
+    from dispatchlab.reports.submit import report_submit
 
     project = Project.objects.create(name="bench", slug="bench")
     user = User.objects.create_user("alice", password="x")

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
+from dispatchlab.reports.accounts import TokenRefused, apitoken_verify
 from dispatchlab.reports.models import ApiToken, Membership, Project, Report
 from dispatchlab.reports.selectors import (
     project_named,
@@ -18,7 +19,6 @@ from dispatchlab.reports.selectors import (
     projects_uploadable_by,
     reports_visible_to,
 )
-from dispatchlab.reports.services import TokenRefused, apitoken_verify
 
 
 @dataclass(frozen=True)

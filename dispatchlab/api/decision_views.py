@@ -17,14 +17,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 
 from dispatchlab.api.auth import Caller, authenticate, error, json_body, pick_project
-from dispatchlab.api.pagination import page_answer
-from dispatchlab.api.schema import operation, route
-from dispatchlab.api.shapes import Error, Invalid
-from dispatchlab.decisions.models import Decision, DecisionEdit, DecisionLink
-from dispatchlab.decisions.serialize import (
+from dispatchlab.api.decision_shapes import (
     Decision as DecisionShape,
 )
-from dispatchlab.decisions.serialize import (
+from dispatchlab.api.decision_shapes import (
     DecisionCreate,
     DecisionExport,
     DecisionFields,
@@ -34,8 +30,13 @@ from dispatchlab.decisions.serialize import (
     decision_json,
     edit_json,
 )
-from dispatchlab.decisions.services import DecisionInvalid, decision_create
+from dispatchlab.api.pagination import page_answer
+from dispatchlab.api.schema import operation, route
+from dispatchlab.api.shapes import Error, Invalid
+from dispatchlab.decisions.models import Decision, DecisionEdit, DecisionLink
+from dispatchlab.decisions.services import decision_create
 from dispatchlab.decisions.services import decision_update as update
+from dispatchlab.decisions.validation import DecisionInvalid
 from dispatchlab.reports.models import Project
 from dispatchlab.reports.selectors import project_named
 

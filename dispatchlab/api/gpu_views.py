@@ -9,9 +9,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
 from dispatchlab.api.auth import authenticate, caller_and_report, error, json_body
+from dispatchlab.api.gpu_shapes import Confirm, ConfirmBody, ConfirmCreated, Host, HostPage, Launch
 from dispatchlab.api.pagination import PageQuery, page_answer
 from dispatchlab.api.schema import operation
-from dispatchlab.api.shapes import Confirm, ConfirmBody, ConfirmCreated, Error, Host, HostPage, Launch
+from dispatchlab.api.shapes import Error
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
 from dispatchlab.gpu.services import FLAT_ARGS, FLAT_ENV, ConfirmRejected, confirm_cancel, confirm_create
 

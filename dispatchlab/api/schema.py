@@ -5,7 +5,7 @@ Nothing here describes an endpoint by hand:
 - paths, their parameters and methods come from the URLconf (`path("api/v1/reports/<int:report_id>",
   ...)` is `/api/v1/reports/{id}`) and from the `@operation` declaration of each view;
 - every request and response body, query string and header set is a TypedDict (dispatchlab/api/shapes.py,
-  dispatchlab/decisions/serialize.py) that the views build their answers with; pydantic's TypeAdapter
+  dispatchlab.api.decision_shapes.py) that the views build their answers with; pydantic's TypeAdapter
   turns those types into JSON Schema (components/schemas, by class name);
 - the same query TypedDict validates the query string before the view runs, so a value the document
   refuses is a 400 naming the parameter and what it takes.

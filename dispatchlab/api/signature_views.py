@@ -10,8 +10,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from dispatchlab.api.auth import authenticate, error
 from dispatchlab.api.pagination import page_answer
 from dispatchlab.api.schema import operation
-from dispatchlab.api.shapes import (
-    Error,
+from dispatchlab.api.shapes import Error
+from dispatchlab.api.signature_shapes import (
     Patterns,
     Signature,
     SignatureConfirmation,
@@ -87,7 +87,7 @@ def signatures(request: HttpRequest, *, query: SignatureListQuery) -> HttpRespon
     tags=("knowledge base",),
 )
 def signature(request: HttpRequest, signature_id: str) -> HttpResponse:
-    from dispatchlab.gpu.services import signature_confirmations
+    from dispatchlab.gpu.confirm_outcomes import signature_confirmations
 
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):

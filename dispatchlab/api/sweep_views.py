@@ -7,8 +7,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 
 from dispatchlab.api.auth import authenticate, caller_and_report, error, json_body
+from dispatchlab.api.gpu_shapes import Sweep, SweepBody, SweepCreated
 from dispatchlab.api.schema import operation
-from dispatchlab.api.shapes import Error, Sweep, SweepBody, SweepCreated
+from dispatchlab.api.shapes import Error
 from dispatchlab.gpu.models import SweepRun
 from dispatchlab.gpu.sweep_services import SweepRejected, sweep_component_for, sweep_create
 

@@ -43,13 +43,11 @@ from dispatchlab.api.shapes import (
     SimilarGroup,
     Upload,
 )
-from dispatchlab.api.shapes import (
-    Report as ReportShape,
-)
+from dispatchlab.api.shapes import Report as ReportShape
 from dispatchlab.reports.models import Project, Redaction, Report
 from dispatchlab.reports.redaction import RedactionRefused, redaction_from, redaction_request
 from dispatchlab.reports.selectors import report_similar_cases, report_similar_groups, reports_filtered
-from dispatchlab.reports.services import (
+from dispatchlab.reports.submit import (
     UPLOAD_ENVELOPE_BYTES,
     QuotaExceeded,
     UploadRejected,

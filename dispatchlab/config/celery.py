@@ -27,7 +27,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatchlab.config.settings")
 app = Celery("dispatchlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(
-    ["dispatchlab.reports", "dispatchlab.gpu", "dispatchlab.decisions", "dispatchlab.notify"]
+    [
+        "dispatchlab.events",
+        "dispatchlab.reports",
+        "dispatchlab.gpu",
+        "dispatchlab.decisions",
+        "dispatchlab.notify",
+    ]
 )
 
 logger = logging.getLogger(__name__)

@@ -189,6 +189,9 @@ INSTALLED_APPS = [
 # The pages (W2's app) are optional so the API and the worker also run from a checkout without them.
 if importlib.util.find_spec("dispatchlab.front") is not None:
     INSTALLED_APPS.append("dispatchlab.front")
+# Apps of one's own, as paperless-ngx's PAPERLESS_APPS: a feature that subscribes to the apps' events
+# (dispatchlab.events) in its AppConfig.ready() without editing dispatchlab (docs/architecture.md).
+INSTALLED_APPS += env_list("DISPATCHLAB_EXTRA_APPS", [])
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -468,6 +471,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 DISPATCHLAB_NOTIFY_QUEUE = notify_queue(CELERY_TASK_DEFAULT_QUEUE)
 CELERY_TASK_ROUTES = {
     "reports.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+    # Event subscribers (dispatchlab.events) run where reports are parsed: every run mode has that worker.
+    "events.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
     "notify.*": {"queue": DISPATCHLAB_NOTIFY_QUEUE},
     # What GPU workers send back (dispatchlab.messaging.contract).
     "hosts.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},

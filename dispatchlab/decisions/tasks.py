@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from dispatchlab.reports.tasks import RETRY_INFRASTRUCTURE
+from dispatchlab.taskpolicy import RETRY_INFRASTRUCTURE
 
 
 # Safe to repeat: it rewrites the documents from the records as they are now.

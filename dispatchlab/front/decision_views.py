@@ -36,7 +36,8 @@ from dispatchlab.decisions.selectors import (
     group_decision_refs,
     report_decision_refs,
 )
-from dispatchlab.decisions.services import LINK_KINDS, DecisionInvalid, decision_create, decision_update
+from dispatchlab.decisions.services import decision_create, decision_update
+from dispatchlab.decisions.validation import LINK_KINDS, DecisionInvalid
 from dispatchlab.reports import selectors
 from dispatchlab.reports.models import FailureGroup, Project, Report
 

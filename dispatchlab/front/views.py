@@ -115,7 +115,7 @@ def _upload_page(
 @login_required
 @require_http_methods(["GET", "POST"])
 def upload(request: HttpRequest) -> HttpResponse:
-    from dispatchlab.reports.services import (
+    from dispatchlab.reports.submit import (
         UploadRejected,
         UploadTooLarge,
         report_submit,

@@ -1,5 +1,5 @@
 """The dashboard's side of the GPU worker's messages (dispatchlab.messaging.contract): thin tasks
-over dispatchlab.gpu.services."""
+over dispatchlab.gpu.services and dispatchlab.gpu.confirm_outcomes."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ def host_heartbeat_task(payload: dict[str, Any]) -> None:
 
 @shared_task(name="confirms.started", autoretry_for=INFRASTRUCTURE, retry_backoff=True, max_retries=5)
 def confirm_started_task(payload: dict[str, Any]) -> None:
-    from dispatchlab.gpu.services import confirm_started
+    from dispatchlab.gpu.confirm_outcomes import confirm_started
 
     confirm_started(payload=payload)
 
 
 @shared_task(name="confirms.output", autoretry_for=INFRASTRUCTURE, retry_backoff=True, max_retries=5)
 def confirm_output_task(payload: dict[str, Any]) -> None:
-    from dispatchlab.gpu.services import confirm_output
+    from dispatchlab.gpu.confirm_outcomes import confirm_output
 
     confirm_output(payload=payload)
 
@@ -38,7 +38,7 @@ def confirm_output_task(payload: dict[str, Any]) -> None:
     name="confirms.finished", bind=True, autoretry_for=INFRASTRUCTURE, retry_backoff=True, max_retries=5
 )
 def confirm_finished_task(self: Any, payload: dict[str, Any]) -> None:
-    from dispatchlab.gpu.services import OutputIncomplete, confirm_finished
+    from dispatchlab.gpu.confirm_outcomes import OutputIncomplete, confirm_finished
 
     last_look = self.request.retries >= OUTPUT_RECHECKS
     try:

@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers taking ids; the work, the claim and the attempt records live in services.py."""
+"""Celery tasks: thin wrappers taking ids; the work, the claim and the attempt records live in delivery.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from dispatchlab.reports.tasks import REDELIVERED_UNTIL_DONE
+from dispatchlab.taskpolicy import REDELIVERED_UNTIL_DONE
 
 # Far above DISPATCHLAB_NOTIFY_MAX_ATTEMPTS: the delivery row counts the attempts and stops retrying;
 # this only bounds a task that keeps meeting a database that is down.
@@ -28,7 +28,7 @@ RETRY_BACKSTOP = 100
 def delivery_send_task(self: Any, delivery_id: int) -> str:
     from celery.exceptions import SoftTimeLimitExceeded
 
-    from dispatchlab.notify.services import DeliveryUnavailable, delivery_record_interrupted, delivery_send
+    from dispatchlab.notify.delivery import DeliveryUnavailable, delivery_record_interrupted, delivery_send
 
     try:
         return delivery_send(delivery_id=int(delivery_id)).value
@@ -43,6 +43,6 @@ def delivery_send_task(self: Any, delivery_id: int) -> str:
 
 @shared_task(name="notify.requeue_stale", acks_late=False)
 def deliveries_requeue_stale_task() -> int:
-    from dispatchlab.notify.services import deliveries_requeue_stale
+    from dispatchlab.notify.delivery import deliveries_requeue_stale
 
     return deliveries_requeue_stale()

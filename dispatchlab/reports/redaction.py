@@ -7,10 +7,10 @@ waits while the report is being parsed, and runs the pattern in a child process
 (`dispatchlab.core.redact`) that is killed after DISPATCHLAB_REDACT_TIME_LIMIT seconds. The answer
 replaces every stored copy in one transaction: the upload files (by one redacted file), the text copy
 and line index (deleted, the re-parse writes them again), the document, the title, launch command
-and other searched columns, the failure group's title, stored notification events, and the confirm
-runs of the report (launch, output, result; their own output reports get the same redaction). The
-re-parse that follows is quiet: no notification (reports.services._report_store asks
-`report_was_redacted`).
+and other searched columns, the failure group's title, and the copies other apps registered
+(dispatchlab.reports.copies: stored notification events; the confirm runs of the report, whose own
+output reports get the same redaction). The re-parse that follows is quiet: no event announces its
+group (reports.analysis._report_store asks `report_was_redacted`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 import dispatchlab
 from dispatchlab.core.redact import RedactionError, compile_pattern
+from dispatchlab.reports.copies import quoted_copies
 from dispatchlab.reports.models import FailureGroup, Redaction, Report, ReportFile
 
 # The Report columns a secret may reach (from the upload form, the CI job, or the parsed log) and that
@@ -57,7 +57,6 @@ REPORT_TEXT_COLUMNS = {
     "gpu_name": 200,
     "server_version": 100,
 }
-CONFIRM_FIELDS = ("original_command", "args", "env", "fix_args", "fix_env", "job", "argv", "result", "error")
 
 
 class RedactionRefused(Exception):
@@ -231,31 +230,14 @@ def run_limited(request: dict[str, Any], *, limit: float) -> dict[str, Any]:
 
 
 def _stored_values(report: Report) -> dict[str, Any]:
-    """Every stored text of the report except its log, as JSON, to go through the same redaction."""
-    from dispatchlab.gpu.models import ConfirmOutput, ConfirmRun
-    from dispatchlab.notify.services import event_payloads_of_report
-
-    confirms = ConfirmRun.objects.filter(Q(report_id=report.id) | Q(result_report_id=report.id))
+    """Every stored text of the report except its log, as JSON, to go through the same redaction: its
+    columns, file names and group title, and the copies other apps keep (dispatchlab.reports.copies)."""
     return {
         "report": {column: getattr(report, column) for column in REPORT_TEXT_COLUMNS}
         | {"backend_values": report.backend_values},
         "files": [item.original_name for item in report.files.order_by("position")],
         "group": report.group.title if report.group_id is not None and report.group else "",
-        "events": {
-            str(event_id): payload
-            for event_id, payload in event_payloads_of_report(
-                report_id=report.id, group_id=report.group_id
-            ).items()
-        },
-        "confirms": {
-            str(confirm["id"]): confirm for confirm in confirms.values("id", *CONFIRM_FIELDS).order_by("id")
-        },
-        "outputs": dict(
-            (str(output_id), text)
-            for output_id, text in ConfirmOutput.objects.filter(confirm__in=confirms).values_list(
-                "id", "text"
-            )
-        ),
+        "copies": {name: holder.read(report) for name, holder in quoted_copies().items()},
     }
 
 
@@ -265,9 +247,6 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def _store_values(report: Report, before: dict[str, Any], after: dict[str, Any]) -> None:
     """Write back the redacted texts that changed (inside the caller's transaction)."""
-    from dispatchlab.gpu.models import ConfirmOutput, ConfirmRun
-    from dispatchlab.notify.services import event_payloads_replace
-
     columns = _changed(before["report"], after["report"])
     for column, limit in REPORT_TEXT_COLUMNS.items():
         if column in columns and limit is not None:
@@ -276,24 +255,15 @@ def _store_values(report: Report, before: dict[str, Any], after: dict[str, Any])
         Report.objects.filter(id=report.id).update(**columns)
     if after["group"] != before["group"] and report.group_id is not None:
         FailureGroup.objects.filter(id=report.group_id).update(title=after["group"][:300])
-    event_payloads_replace(
-        {int(key): value for key, value in _changed(before["events"], after["events"]).items()}
-    )
-    for key, fields in _changed(before["confirms"], after["confirms"]).items():
-        ConfirmRun.objects.filter(id=int(key)).update(**{field: fields[field] for field in CONFIRM_FIELDS})
-    for key, text in _changed(before["outputs"], after["outputs"]).items():
-        ConfirmOutput.objects.filter(id=int(key)).update(text=text)
+    for name, holder in quoted_copies().items():
+        holder.write(before["copies"][name], after["copies"][name])
 
 
 def redaction_run(*, redaction_id: int) -> RunOutcome:
     """Run one redaction (see the module's docstring). WAITING: call again later."""
-    from dispatchlab.reports.services import (
-        _delete_stored,
-        _local_copies,
-        _readable,
-        _text_copy_delete,
-        report_enqueue_on_commit,
-    )
+    from dispatchlab.reports.analysis import _local_copies, _readable
+    from dispatchlab.reports.retention import _text_copy_delete
+    from dispatchlab.reports.submit import _delete_stored, report_enqueue_on_commit
 
     token = uuid.uuid4().hex
     refusal = _claim(redaction_id, token)
@@ -374,7 +344,7 @@ def redaction_run(*, redaction_id: int) -> RunOutcome:
         ReportFile.objects.create(
             report_id=report.id, file=key, original_name=f"redacted-{name}"[-300:], size=size, position=0
         )
-        followers = _follow_into_confirm_outputs(report.id, spec)
+        followers = _follow_into_copies(report.id, spec)
         _finish(redaction_id, token, status=Redaction.Status.DONE, lines=changed)
         report_enqueue_on_commit(report_id=report.id)
         for follower in followers:
@@ -383,19 +353,17 @@ def redaction_run(*, redaction_id: int) -> RunOutcome:
     return RunOutcome.DONE
 
 
-def _follow_into_confirm_outputs(report_id: int, spec: RedactionSpec) -> list[int]:
-    """The same redaction for the reports made of this report's confirm runs' output: they ran its
-    launch, so they may print the same secret. A line range says nothing about their lines."""
-    from dispatchlab.gpu.models import ConfirmRun
-
+def _follow_into_copies(report_id: int, spec: RedactionSpec) -> list[int]:
+    """The same redaction for the reports other apps made of this one (a confirm run's output: it ran
+    its launch, so it may print the same secret). A line range says nothing about their lines."""
     if not spec.pattern:
         return []
-    outputs = ConfirmRun.objects.filter(report_id=report_id, result_report__isnull=False).values_list(
-        "result_report_id", flat=True
-    )
+    followers = [
+        output_id for holder in quoted_copies().values() for output_id in holder.followers(report_id)
+    ]
     return [
         Redaction.objects.create(report_id=output_id, pattern=spec.pattern).id
-        for output_id in outputs
+        for output_id in followers
         if ReportFile.objects.filter(report_id=output_id).exists()
     ]
 

@@ -1,25 +1,13 @@
-"""Celery tasks: thin wrappers taking ids; the work and its safety live in services.py."""
+"""Celery tasks: thin wrappers taking ids; the work and its safety live in analysis.py, submit.py,
+retention.py and redaction.py. A finished analysis is announced (dispatchlab.events.ReportParsed)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
-# Retried only on infrastructure errors, with jittered exponential backoff: a bad input is a stored
-# failure, not a retry.
-RETRY_INFRASTRUCTURE: dict[str, Any] = {
-    "autoretry_for": (OperationalError, InterfaceError),
-    "retry_backoff": True,
-    "retry_jitter": True,
-}
-# For a task that is safe to repeat: acknowledged once it ran, so a killed worker's message comes again.
-REDELIVERED_UNTIL_DONE: dict[str, Any] = {
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    **RETRY_INFRASTRUCTURE,
-}
+from dispatchlab.taskpolicy import REDELIVERED_UNTIL_DONE
 
 # A duplicate task finding the report claimed by a live worker looks again this many times, once
 # each stale-claim period; after that the periodic reports.requeue_stale is the safety net.
@@ -29,21 +17,14 @@ BUSY_RECHECKS = 3
 # Safe to repeat: report_analyze claims the row before any work and replaces what it stores.
 @shared_task(name="reports.analyze", bind=True, max_retries=5, **REDELIVERED_UNTIL_DONE)
 def report_analyze_task(self: Any, report_id: int) -> str:
-
-    from dispatchlab.reports.services import Outcome, report_analyze, report_busy_seconds
+    from dispatchlab.reports.analysis import Outcome, report_analyze, report_busy_seconds
 
     outcome = report_analyze(report_id=int(report_id))
     if outcome in (Outcome.DONE, Outcome.FAILED):
-        from dispatchlab.gpu.services import confirm_report_parsed
+        from dispatchlab.events import ReportParsed, announce
 
-        # The output of a confirm run: now its outcome can be decided.
-        confirm_report_parsed(report_id=int(report_id))
-    if outcome == Outcome.DONE:
-        from dispatchlab.decisions.services import decisions_report_parsed
-
-        # Revisit-when conditions this log meets make their records stale; the document lists the
-        # decision records linked to its fingerprint and signatures.
-        decisions_report_parsed(report_id=int(report_id))
+        # Its subscribers (decisions, the GPU side) each run as a task of their own.
+        announce(ReportParsed(report_id=int(report_id), succeeded=outcome == Outcome.DONE))
     if outcome == Outcome.BUSY and self.request.retries < BUSY_RECHECKS:
         # Another worker holds the claim (a holder killed on this machine would have been taken over
         # already); look again the moment the claim goes stale, which a dead holder's does.
@@ -53,14 +34,14 @@ def report_analyze_task(self: Any, report_id: int) -> str:
 
 @shared_task(name="reports.requeue_stale", acks_late=False)
 def reports_requeue_stale_task() -> int:
-    from dispatchlab.reports.services import reports_requeue_stale
+    from dispatchlab.reports.submit import reports_requeue_stale
 
     return reports_requeue_stale()
 
 
 @shared_task(name="reports.prune_expired", acks_late=False)
 def reports_prune_expired_task() -> int:
-    from dispatchlab.reports.services import reports_prune_expired
+    from dispatchlab.reports.retention import reports_prune_expired
 
     return reports_prune_expired()
 

@@ -174,7 +174,7 @@ def _session_user_id(headers: Mapping[str, str]) -> Any:
 
 def credentials_refusal(path: str, headers: Mapping[str, str]) -> Refusal | None:
     """A body for anything but a public form or the webhook needs a valid Bearer token or session."""
-    from dispatchlab.reports.services import TokenRefused, apitoken_verify
+    from dispatchlab.reports.accounts import TokenRefused, apitoken_verify
 
     if path.startswith(PUBLIC_BODY_PREFIXES):
         return None

@@ -92,7 +92,7 @@ class _BackgroundAnalysis:
 
     def delay(self, report_id: int) -> None:
         def run() -> None:
-            from dispatchlab.reports.services import report_analyze
+            from dispatchlab.reports.analysis import report_analyze
 
             time.sleep(self.delay_seconds)
             try:

@@ -12,10 +12,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 from seedlog import seed_case_lines
 
-from dispatchlab.gpu import services
+from dispatchlab.gpu import confirm_outcomes, services
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_analyze, report_create
+from dispatchlab.reports.submit import report_create
 
 pytestmark = pytest.mark.browser
 
@@ -93,8 +94,10 @@ def test_confirm_a_fix_and_land_on_the_run_waiting_for_an_sm_120_host(
             "inventory": {"gpus": [{"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell", "arch": "sm_120"}]},
         }
     )
-    services.confirm_started(payload={"confirm_id": run.pk, "host": "rtx-box", "argv": ["python", "-m", "x"]})
-    services.confirm_output(payload={"confirm_id": run.pk, "seq": 0, "text": "Load weight begin.\n"})
+    confirm_outcomes.confirm_started(
+        payload={"confirm_id": run.pk, "host": "rtx-box", "argv": ["python", "-m", "x"]}
+    )
+    confirm_outcomes.confirm_output(payload={"confirm_id": run.pk, "seq": 0, "text": "Load weight begin.\n"})
     page.wait_for_selector("#confirm-status[data-status='running']")
     page.wait_for_selector("#confirm-output")
     assert "Running on host rtx-box" in page.locator("#confirm-status").inner_text()

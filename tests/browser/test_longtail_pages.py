@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_analyze, report_create
+from dispatchlab.reports.submit import report_create
 
 pytestmark = pytest.mark.browser
 

@@ -11,8 +11,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from playwright.sync_api import expect
 from seedlog import HOSTILE, fixed_run_lines, seed_case_lines
 
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_analyze, report_create
+from dispatchlab.reports.submit import report_create
 
 pytestmark = pytest.mark.browser
 

@@ -86,7 +86,7 @@ def test_concurrent_claims_on_postgresql_give_the_report_to_one(stack, crash_log
     script = (
         "import json; from concurrent.futures import ThreadPoolExecutor; "
         "from django.db import connection; "
-        "from dispatchlab.reports.services import report_claim\n"
+        "from dispatchlab.reports.analysis import report_claim\n"
         "def claim(i):\n"
         f"    try: return report_claim(report_id={created['id']}, token=str(i))\n"
         "    finally: connection.close()\n"
@@ -100,7 +100,8 @@ RACE_SCRIPT = """
 import json, threading, time
 from django.db import connection, transaction
 from dispatchlab.reports.models import FailureGroup, Report
-from dispatchlab.reports.services import failuregroup_refresh, project_create
+from dispatchlab.reports.accounts import project_create
+from dispatchlab.reports.groups import failuregroup_refresh
 
 project = project_create(name="race-{tag}")
 group = FailureGroup.objects.create(project=project, fingerprint="race", count=1)

@@ -13,8 +13,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from dispatchlab.config.celery import app as celery_app
+from dispatchlab.reports.groups import report_columns
 from dispatchlab.reports.models import Membership, Project, Report
-from dispatchlab.reports.services import report_columns
 
 LOGS = Path(__file__).resolve().parent.parent / "pipeline" / "data"
 

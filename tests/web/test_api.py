@@ -9,8 +9,8 @@ import pytest
 from django.core.files.base import ContentFile
 from django.test import Client
 
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import apitoken_create
 
 REPORTS = "/api/v1/reports"
 HOOK = "/api/v1/hooks/ci"

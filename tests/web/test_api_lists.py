@@ -12,8 +12,8 @@ from django.test import Client
 from dispatchlab.core.signatures import load_knowledge_base
 from dispatchlab.decisions.services import decision_create
 from dispatchlab.gpu.models import ConfirmRun, SignatureConfirmation
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import FailureGroup, Report
-from dispatchlab.reports.services import apitoken_create
 
 REPORTS = "/api/v1/reports"
 GROUPS = "/api/v1/groups"

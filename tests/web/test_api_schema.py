@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 from dispatchlab.api.schema import openapi_document, openapi_path, operations_of
 from dispatchlab.decisions.services import decision_create
 from dispatchlab.gpu.services import host_heartbeat
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import apitoken_create
 
 REPORTS = "/api/v1/reports"
 

@@ -32,9 +32,9 @@ from dispatchlab.gpu.sweep_services import sweep_create, sweep_finished
 from dispatchlab.notify import services as notify_services
 from dispatchlab.notify.models import Delivery, Endpoint, Event
 from dispatchlab.notify.services import endpoint_create
-from dispatchlab.reports import services as report_services
+from dispatchlab.reports import submit as report_services
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import FailureGroup, Membership, Project, Report
-from dispatchlab.reports.services import apitoken_create
 from tests.web.authz_cases import (
     CALLERS,
     EXEMPT_NAMES,

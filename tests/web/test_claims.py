@@ -8,9 +8,9 @@ import uuid
 
 from django.utils import timezone
 
+from dispatchlab.reports.analysis import report_busy_seconds, report_claim
 from dispatchlab.reports.claims import claim_holder_is_dead, new_claim_token
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_busy_seconds, report_claim
 
 TOKEN_OF_A_CHILD = (
     "from dispatchlab.reports.claims import new_claim_token; print(new_claim_token(), flush=True)"

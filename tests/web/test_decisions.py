@@ -22,13 +22,13 @@ from dispatchlab.core import analyze_paths
 from dispatchlab.decisions import services
 from dispatchlab.decisions.models import Decision, DecisionEdit
 from dispatchlab.decisions.services import (
-    DecisionInvalid,
     decision_create,
     decision_update,
     decisions_report_parsed,
 )
+from dispatchlab.decisions.validation import DecisionInvalid
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_submit
+from dispatchlab.reports.submit import report_submit
 from dispatchlab.reports.tasks import report_analyze_task
 
 CANONICAL = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "sglang_dsv4_eagle_sm120.log"
@@ -133,7 +133,7 @@ def test_a_record_linked_to_a_failure_group_appears_on_top_of_a_new_report_with_
 def test_an_uploaded_log_gets_its_decisions_from_the_parse_pipeline(
     alice, acme, record, client, django_capture_on_commit_callbacks
 ):
-    from dispatchlab.reports.services import apitoken_create
+    from dispatchlab.reports.accounts import apitoken_create
 
     decision = record(status="accepted", links={"signatures": [TOP]})
     upload = SimpleUploadedFile("server.log", CANONICAL.read_bytes(), content_type="text/plain")

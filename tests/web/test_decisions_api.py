@@ -13,7 +13,7 @@ from django.test import Client
 
 from dispatchlab.core.decisions import attach_decisions, load_decisions
 from dispatchlab.decisions.models import Decision
-from dispatchlab.reports.services import apitoken_create
+from dispatchlab.reports.accounts import apitoken_create
 from tests.web.test_decisions import TITLE, TOP, canonical, parsed
 
 URL = "/api/v1/decisions"

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from dispatchlab.gpu import services
+from dispatchlab.gpu import confirm_outcomes, services
 from dispatchlab.gpu.models import ConfirmRun
 from dispatchlab.gpu.services import host_heartbeat
 from dispatchlab.messaging.contract import CONFIRM_TASK
-from dispatchlab.reports.services import apitoken_create
+from dispatchlab.reports.accounts import apitoken_create
 from tests.web.test_gpu_pages import _canonical_document
 
 
@@ -156,7 +156,7 @@ def _finished_confirm(
     crash: Any, make_report: Any, make_document: Any, *, launcher: str, result: dict[str, Any]
 ):
     """A confirm of `crash` whose output report has just parsed healthy, its smoke answered sensibly."""
-    from dispatchlab.gpu.services import confirm_report_parsed
+    from dispatchlab.gpu.confirm_outcomes import confirm_report_parsed
     from dispatchlab.reports.models import FailureGroup
 
     crash.group = FailureGroup.objects.create(project=crash.project, fingerprint="f" * 16, title="crash")
@@ -288,7 +288,9 @@ def test_a_waiting_confirm_can_be_cancelled_and_the_worker_is_told(
     again = client.post(f"/api/v1/confirms/{created['id']}/cancel", **bearer(alice_key))
     assert again.status_code == 400 and "only a waiting, queued or running confirm" in again.json()["error"]
     # the worker's late answer does not undo the cancel
-    services.confirm_finished(payload={"confirm_id": created["id"], "status": "cancelled", "host": "h"})
+    confirm_outcomes.confirm_finished(
+        payload={"confirm_id": created["id"], "status": "cancelled", "host": "h"}
+    )
     assert ConfirmRun.objects.get(id=created["id"]).status == "cancelled"
 
 

@@ -13,8 +13,9 @@ from django.test import Client
 
 from dispatchlab.core import LogReadError
 from dispatchlab.core.reading import expansion_limit, iter_lines
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import Project, Report
-from dispatchlab.reports.services import apitoken_create, report_submit
+from dispatchlab.reports.submit import report_submit
 
 LINE = b"[2026-05-24 00:51:02 TP0] Decode batch. #running-req: 1, #token: 811, token usage: 0.01\n"
 

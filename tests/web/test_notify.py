@@ -27,13 +27,15 @@ from django.urls import reverse
 
 import dispatchlab.core
 from dispatchlab.core.lineindex import write_line_index
+from dispatchlab.gpu.confirm_outcomes import confirm_report_parsed
 from dispatchlab.gpu.models import ConfirmRun
-from dispatchlab.gpu.services import confirm_report_parsed
+from dispatchlab.notify import delivery as sending
 from dispatchlab.notify import services
 from dispatchlab.notify.models import Attempt, Delivery, Endpoint, Event, GroupClosure
 from dispatchlab.notify.payloads import EventKind, verify
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import FailureGroup, Report
-from dispatchlab.reports.services import report_analyze, report_submit
+from dispatchlab.reports.submit import report_submit
 
 # ---------------------------------------------------------------- helpers
 
@@ -161,9 +163,9 @@ def worker(monkeypatch: pytest.MonkeyPatch) -> None:
     def run(delivery_id: int) -> None:
         while True:
             try:
-                services.delivery_send(delivery_id=delivery_id)
+                sending.delivery_send(delivery_id=delivery_id)
                 return
-            except services.DeliveryUnavailable:
+            except sending.DeliveryUnavailable:
                 continue
 
     monkeypatch.setattr(services, "_enqueue", run)
@@ -396,7 +398,7 @@ def test_a_group_closed_by_an_accepted_decision_comes_back_too(acme, land, enque
 
 
 def test_a_rematch_into_a_closed_group_is_not_a_return(acme, land, enqueued, make_document, core):
-    from dispatchlab.reports.services import report_rematch
+    from dispatchlab.reports.submit import report_rematch
 
     endpoint(acme)
     crash = land(b"one\n")
@@ -439,9 +441,9 @@ def test_a_4xx_is_not_retried_but_429_is(acme, land, receiver):
 
     receiver.script = [429]
     with_429 = services.endpoint_send_test(endpoint=hook, user=None)  # its task is not sent: no commit
-    with pytest.raises(services.DeliveryUnavailable):
-        services.delivery_send(delivery_id=with_429.id)
-    assert services.delivery_send(delivery_id=with_429.id) == services.SendOutcome.DELIVERED
+    with pytest.raises(sending.DeliveryUnavailable):
+        sending.delivery_send(delivery_id=with_429.id)
+    assert sending.delivery_send(delivery_id=with_429.id) == sending.SendOutcome.DELIVERED
     hook.refresh_from_db()
     assert hook.consecutive_failures == 0
 
@@ -450,16 +452,16 @@ def test_a_connection_error_is_recorded_and_retried_until_attempts_run_out(acme,
     settings.DISPATCHLAB_NOTIFY_MAX_ATTEMPTS = 2
     hook = endpoint(acme, "http://127.0.0.1:9/nobody-listens")
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    with pytest.raises(services.DeliveryUnavailable) as unavailable:
-        services.delivery_send(delivery_id=delivery.id)
+    with pytest.raises(sending.DeliveryUnavailable) as unavailable:
+        sending.delivery_send(delivery_id=delivery.id)
     assert unavailable.value.countdown >= 0
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FAILED
     delivery.refresh_from_db()
     assert delivery.status == Delivery.Status.FAILED
     assert delivery.error == "connection refused (gave up after 2 attempts)"
     assert [a.status_code for a in delivery.attempt_rows.all()] == [None, None]
     # a finished delivery is not sent twice
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FINISHED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FINISHED
 
 
 def test_a_redirect_is_not_followed(acme, land, receiver):
@@ -476,7 +478,7 @@ def test_an_endpoint_that_answers_too_late_fails_the_delivery_and_is_not_sent_ag
     hook = endpoint(acme, receiver.url)
     receiver.delay = 1.0
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FAILED
     attempt = delivery.attempt_rows.get()
     assert attempt.status_code is None and attempt.outcome == "failed"
     delivery.refresh_from_db()
@@ -529,7 +531,7 @@ def test_an_endpoint_dribbling_its_answer_is_cut_at_the_total_deadline(acme, set
     try:
         hook = endpoint(acme, dribbler.url)
         delivery = services.endpoint_send_test(endpoint=hook, user=None)
-        assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+        assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FAILED
         assert dribbler.received.is_set() and not dribbler.finished.is_set()
         delivery.refresh_from_db()
         assert delivery.error.startswith("timed out after 1 s waiting for the answer")
@@ -547,8 +549,8 @@ def test_a_connection_that_cannot_be_made_in_time_is_retried(acme, settings, mon
     monkeypatch.setattr(socket, "create_connection", unanswered)
     hook = endpoint(acme, "http://127.0.0.1:9/hook")
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    with pytest.raises(services.DeliveryUnavailable, match=r"timed out after 0\.5 s connecting"):
-        services.delivery_send(delivery_id=delivery.id)
+    with pytest.raises(sending.DeliveryUnavailable, match=r"timed out after 0\.5 s connecting"):
+        sending.delivery_send(delivery_id=delivery.id)
     delivery.refresh_from_db()
     assert delivery.status == Delivery.Status.PENDING and delivery.attempt_rows.get().outcome == "retry"
 
@@ -556,19 +558,19 @@ def test_a_connection_that_cannot_be_made_in_time_is_retried(acme, settings, mon
 def test_a_delivery_whose_message_was_lost_is_sent_again_by_the_sweep(acme, enqueued):
     hook = endpoint(acme)
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    assert services.deliveries_requeue_stale() == 0
+    assert sending.deliveries_requeue_stale() == 0
     Delivery.objects.filter(id=delivery.id).update(
         next_attempt_at=delivery.created_at - timedelta(minutes=10)
     )
-    assert services.deliveries_requeue_stale() == 1 and enqueued == [delivery.id]
+    assert sending.deliveries_requeue_stale() == 1 and enqueued == [delivery.id]
 
 
 def test_the_backoff_grows_exponentially_with_jitter(settings):
     settings.DISPATCHLAB_NOTIFY_RETRY_BASE_SECONDS = 4.0
     for attempt, ceiling in ((1, 4), (2, 8), (3, 16), (5, 64)):
-        delays = {services.retry_delay(attempt) for _ in range(20)}
+        delays = {sending.retry_delay(attempt) for _ in range(20)}
         assert all(ceiling / 2 <= d <= ceiling for d in delays) and len(delays) > 1
-    assert services.retry_delay(1, retry_after=30) == 30
+    assert sending.retry_delay(1, retry_after=30) == 30
 
 
 def test_five_failures_in_a_row_pause_the_endpoint_and_the_page_says_so(
@@ -733,7 +735,7 @@ def test_a_name_that_resolves_to_the_metadata_address_when_sent_is_refused_witho
     hook = endpoint(acme, "http://chat.example.com/hook")  # public when it was added
     resolver.answers["chat.example.com"] = [["169.254.169.254"]]
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FAILED
     delivery.refresh_from_db()
     assert delivery.status == Delivery.Status.FAILED
     assert delivery.error == (
@@ -748,7 +750,7 @@ def test_a_row_changed_behind_the_forms_back_is_refused_when_sent(acme, settings
     hook = endpoint(acme, "http://127.0.0.1:9/hook")
     settings.DISPATCHLAB_NOTIFY_ALLOW_NETWORKS = []
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FAILED
     assert Delivery.objects.get().error.startswith("refused: 127.0.0.1 is a loopback address")
 
 
@@ -762,7 +764,7 @@ def test_the_name_is_resolved_once_and_the_request_goes_to_that_address_with_its
     resolver.answers["hook.example.test"] = [["127.0.0.1"], ["169.254.169.254"]]
     resolver.lookups.clear()
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.DELIVERED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.DELIVERED
     assert resolver.lookups.count("hook.example.test") == 1
     assert receiver.requests[0]["headers"]["Host"] == f"hook.example.test:{port}"
 
@@ -808,12 +810,12 @@ def test_https_goes_to_the_resolved_address_with_the_names_sni_and_certificate_c
     wrong = endpoint(acme, f"https://other.example.test:{port}/hook")  # the certificate does not name it
 
     sent = services.endpoint_send_test(endpoint=good, user=None)
-    assert services.delivery_send(delivery_id=sent.id) == services.SendOutcome.DELIVERED
+    assert sending.delivery_send(delivery_id=sent.id) == sending.SendOutcome.DELIVERED
     assert seen == ["hook.example.test"]
     assert receiver.requests[0]["headers"]["Host"] == f"hook.example.test:{port}"
     refused = services.endpoint_send_test(endpoint=wrong, user=None)
-    with pytest.raises(services.DeliveryUnavailable):
-        services.delivery_send(delivery_id=refused.id)
+    with pytest.raises(sending.DeliveryUnavailable):
+        sending.delivery_send(delivery_id=refused.id)
     assert "certificate" in Delivery.objects.get(id=refused.id).error
     assert len(receiver.requests) == 1
 
@@ -934,7 +936,7 @@ def test_the_task_retries_an_unavailable_endpoint_after_the_services_countdown(m
     from dispatchlab.notify.tasks import delivery_send_task
 
     def unavailable(*, delivery_id: int) -> None:
-        raise services.DeliveryUnavailable("HTTP 502 Bad Gateway", countdown=7.5)
+        raise sending.DeliveryUnavailable("HTTP 502 Bad Gateway", countdown=7.5)
 
     asked: dict[str, Any] = {}
 
@@ -942,11 +944,11 @@ def test_the_task_retries_an_unavailable_endpoint_after_the_services_countdown(m
         asked.update(kwargs)
         return RuntimeError("retried")
 
-    monkeypatch.setattr(services, "delivery_send", unavailable)
+    monkeypatch.setattr(sending, "delivery_send", unavailable)
     monkeypatch.setattr(delivery_send_task, "retry", retry)
     with pytest.raises(RuntimeError, match="retried"):
         delivery_send_task.run(12)
-    assert asked["countdown"] == 7.5 and isinstance(asked["exc"], services.DeliveryUnavailable)
+    assert asked["countdown"] == 7.5 and isinstance(asked["exc"], sending.DeliveryUnavailable)
 
 
 def test_accepting_a_decision_linked_to_a_group_closes_it_so_its_next_crash_is_news(acme, land, enqueued):
@@ -995,8 +997,8 @@ def test_a_decision_turning_stale_notifies_the_projects_endpoints(
 
 def _claimed_by_a_worker_that_died(delivery: Delivery, settings: Any) -> None:
     """What a worker killed mid-request leaves: the delivery claimed for its attempt, long ago."""
-    assert services._claim(delivery.id, "dead-worker")
-    long_ago = services.timezone.now() - timedelta(seconds=services._claim_stale_seconds() + 1)
+    assert sending._claim(delivery.id, "dead-worker")
+    long_ago = sending.timezone.now() - timedelta(seconds=sending._claim_stale_seconds() + 1)
     Delivery.objects.filter(id=delivery.id).update(claimed_at=long_ago)
 
 
@@ -1007,16 +1009,16 @@ def test_a_delivery_whose_worker_was_killed_mid_request_is_recorded_as_interrupt
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
     _claimed_by_a_worker_that_died(delivery, settings)
     # the message comes back (acks_late) or the sweep sends it again
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FAILED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FAILED
     assert receiver.requests == []
     delivery.refresh_from_db()
     assert delivery.status == Delivery.Status.FAILED and delivery.attempts == 1
-    assert delivery.error == services.INTERRUPTED_ERROR
+    assert delivery.error == sending.INTERRUPTED_ERROR
     attempt = delivery.attempt_rows.get()
     assert (attempt.number, attempt.outcome, attempt.status_code) == (1, "failed", None)
     hook.refresh_from_db()
     assert hook.consecutive_failures == 1  # counts towards pausing
-    assert services.delivery_send(delivery_id=delivery.id) == services.SendOutcome.FINISHED
+    assert sending.delivery_send(delivery_id=delivery.id) == sending.SendOutcome.FINISHED
 
 
 def test_a_redelivered_message_finding_a_fresh_claim_looks_again_once_it_would_be_stale(
@@ -1026,7 +1028,7 @@ def test_a_redelivered_message_finding_a_fresh_claim_looks_again_once_it_would_b
 
     hook = endpoint(acme, receiver.url)
     delivery = services.endpoint_send_test(endpoint=hook, user=None)
-    assert services._claim(delivery.id, "live-or-dead")
+    assert sending._claim(delivery.id, "live-or-dead")
     asked: dict[str, Any] = {}
 
     def retry(**kwargs: Any) -> Exception:
@@ -1036,7 +1038,7 @@ def test_a_redelivered_message_finding_a_fresh_claim_looks_again_once_it_would_b
     monkeypatch.setattr(delivery_send_task, "retry", retry)
     with pytest.raises(RuntimeError, match="retried"):
         delivery_send_task.run(delivery.id)
-    assert 0 < asked["countdown"] <= services._claim_stale_seconds() + 1
+    assert 0 < asked["countdown"] <= sending._claim_stale_seconds() + 1
     assert receiver.requests == []
 
 
@@ -1051,10 +1053,10 @@ def test_a_delivery_stopped_at_the_soft_time_limit_is_recorded_as_interrupted(ac
     def stuck(*args: Any, **kwargs: Any) -> None:
         raise SoftTimeLimitExceeded()
 
-    monkeypatch.setattr(services, "http_post", stuck)
+    monkeypatch.setattr(sending, "http_post", stuck)
     assert delivery_send_task.run(delivery.id) == "failed"
     delivery.refresh_from_db()
-    assert delivery.status == Delivery.Status.FAILED and delivery.error == services.INTERRUPTED_ERROR
+    assert delivery.status == Delivery.Status.FAILED and delivery.error == sending.INTERRUPTED_ERROR
     assert delivery.attempt_rows.get().outcome == "failed"
     hook.refresh_from_db()
     assert hook.consecutive_failures == 1

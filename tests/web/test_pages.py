@@ -15,8 +15,8 @@ from django.utils import timezone
 from fixtures_docs import CRASH_DOC, FIXED_DOC, VLLM_OOM_DOC, XSS, hostile_doc
 
 from dispatchlab.core.lineindex import write_line_index
+from dispatchlab.reports.groups import report_columns
 from dispatchlab.reports.models import FailureGroup, Membership, Project, Report
-from dispatchlab.reports.services import report_columns
 
 
 def crash_log_lines(count: int = 1520) -> list[str]:

@@ -14,9 +14,10 @@ from django.test import Client
 from dispatchlab.core.redact import run
 from dispatchlab.gpu.models import ConfirmOutput, ConfirmRun
 from dispatchlab.notify.models import Delivery, Endpoint, Event
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import FailureGroup, Redaction, Report
 from dispatchlab.reports.redaction import RunOutcome, redaction_from, redaction_request, redaction_run
-from dispatchlab.reports.services import apitoken_create, report_submit
+from dispatchlab.reports.submit import report_submit
 
 SECRET = "hf_SeCrEtToKeN1234567890"
 OTHER = "sk-OtHeRsEcReT0987654321"

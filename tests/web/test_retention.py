@@ -13,7 +13,7 @@ from django.utils import timezone
 from dispatchlab.decisions.models import Decision
 from dispatchlab.decisions.services import decision_create
 from dispatchlab.reports.models import FailureGroup, Project, Report
-from dispatchlab.reports.services import report_submit
+from dispatchlab.reports.submit import report_submit
 from dispatchlab.reports.tasks import reports_prune_expired_task
 
 

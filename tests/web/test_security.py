@@ -21,8 +21,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import ApiToken, Report
-from dispatchlab.reports.services import apitoken_create
 
 ROOT = Path(__file__).resolve().parents[2]
 HOOK = "/api/v1/hooks/ci"

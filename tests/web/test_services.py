@@ -13,20 +13,16 @@ from django.utils import timezone
 import dispatchlab.core
 from dispatchlab.core.lineindex import write_line_index
 from dispatchlab.reports import selectors
+from dispatchlab.reports.accounts import apitoken_authenticate, apitoken_create, user_bootstrap
+from dispatchlab.reports.analysis import Outcome, report_analyze, report_claim
 from dispatchlab.reports.models import ApiToken, FailureGroup, Membership, Report, ReportFile
-from dispatchlab.reports.services import (
-    Outcome,
+from dispatchlab.reports.submit import (
     UploadRejected,
-    apitoken_authenticate,
-    apitoken_create,
-    report_analyze,
-    report_claim,
     report_create,
     report_rematch,
     report_submit,
     reports_rematch,
     reports_requeue_stale,
-    user_bootstrap,
 )
 
 # ---------------------------------------------------------------- uploads
@@ -322,7 +318,7 @@ def test_stuck_reports_are_sent_again(
     acme, make_report, settings, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent: list[int] = []
-    monkeypatch.setattr("dispatchlab.reports.services._enqueue", sent.append)
+    monkeypatch.setattr("dispatchlab.reports.submit._enqueue", sent.append)
     long_ago = timezone.now() - timedelta(seconds=settings.DISPATCHLAB_STALE_CLAIM_SECONDS + 5)
     lost = make_report(acme, status=Report.Status.QUEUED, enqueued_at=long_ago)
     make_report(acme, status=Report.Status.QUEUED, enqueued_at=timezone.now())  # just sent

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from dispatchlab.reports.accounts import apitoken_create
 from dispatchlab.reports.models import FailureGroup, Project, Report
-from dispatchlab.reports.services import apitoken_create
 
 OOM_CRASH = {
     "line": 11,

@@ -17,7 +17,7 @@ from dispatchlab.front.sweep_figures import sweep_figure
 from dispatchlab.gpu import services, sweep_services
 from dispatchlab.gpu.models import ConfirmRun, SweepRun
 from dispatchlab.gpu.sweep_services import sweep_component_for, sweep_create, sweep_finished, sweep_started
-from dispatchlab.reports.services import apitoken_create
+from dispatchlab.reports.accounts import apitoken_create
 from tests.web.conftest import sample_document
 from tests.web.test_api_schema import bearer, conforms
 from tests.web.test_api_schema import document as document  # the OpenAPI document, a fixture

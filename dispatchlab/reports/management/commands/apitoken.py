@@ -18,9 +18,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from dispatchlab.reports.accounts import apitoken_create, apitoken_revoke, membership_ensure, project_create
 from dispatchlab.reports.models import ApiToken, Membership, Project
 from dispatchlab.reports.selectors import project_named
-from dispatchlab.reports.services import apitoken_create, apitoken_revoke, membership_ensure, project_create
 
 
 def _find_project(name: str) -> Project | None:

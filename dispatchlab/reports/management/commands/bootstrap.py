@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatchlab.reports.services import user_bootstrap
+from dispatchlab.reports.accounts import user_bootstrap
 
 
 class Command(BaseCommand):

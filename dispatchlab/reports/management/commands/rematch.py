@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from dispatchlab.reports.management.options import add_project_argument, project_option
-from dispatchlab.reports.services import reports_rematch
+from dispatchlab.reports.submit import reports_rematch
 
 
 class Command(BaseCommand):

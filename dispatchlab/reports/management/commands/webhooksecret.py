@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from dispatchlab.reports.accounts import project_rotate_webhook_secret
 from dispatchlab.reports.management.options import add_project_argument, project_option
-from dispatchlab.reports.services import project_rotate_webhook_secret
 
 
 class Command(BaseCommand):

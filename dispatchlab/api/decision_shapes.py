@@ -15,7 +15,7 @@ from dispatchlab.api.pagination import NO_NUL, PageQuery
 from dispatchlab.core.decisions import REVISIT_PACKAGES, DecisionStatus
 from dispatchlab.decisions import models
 from dispatchlab.decisions.selectors import decision_links
-from dispatchlab.decisions.services import FINGERPRINT, MAX_ALTERNATIVES, MAX_LINKS, MAX_TEXT, SIGNATURE_ID
+from dispatchlab.decisions.validation import FINGERPRINT, MAX_ALTERNATIVES, MAX_LINKS, MAX_TEXT, SIGNATURE_ID
 
 Status = Literal[tuple(s.value for s in DecisionStatus)]  # type: ignore[valid-type]
 RevisitPackage = Literal[REVISIT_PACKAGES]  # type: ignore[valid-type]
@@ -66,7 +66,7 @@ class Links(TypedDict):
     """http(s) links: issues, pull requests"""
 
 
-# What the services take (dispatchlab.decisions.services.decision_clean), as far as JSON Schema can say
+# What the services take (dispatchlab.decisions.validation.decision_clean), as far as JSON Schema can say
 # it: a request that passes these may still name a report or record that does not exist.
 Title = Annotated[str, Field(max_length=300, pattern=r"^[^\x00]*[^\x00\s][^\x00]*$")]
 Text = Annotated[str, Field(max_length=MAX_TEXT, pattern=NO_NUL, description="Markdown")]

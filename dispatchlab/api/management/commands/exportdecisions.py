@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from dispatchlab.api.decision_shapes import decision_json
 from dispatchlab.decisions.models import Decision
-from dispatchlab.decisions.serialize import decision_json
 from dispatchlab.reports.management.options import project_option
 
 
