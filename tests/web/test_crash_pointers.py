@@ -15,8 +15,8 @@ from django.urls import reverse
 
 from dispatchlab.core.api import analyze_paths
 from dispatchlab.core.crashline import crash_line
-from dispatchlab.reports.models import Membership, Project, Report
 from dispatchlab.reports.groups import report_columns
+from dispatchlab.reports.models import Membership, Project, Report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # the crashing golden logs and terminal-exception logs, and short pastes of vLLM and SGLang crashes
