@@ -29,6 +29,7 @@ from dispatchlab.front.compare import compare_documents
 from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
 from dispatchlab.front.logview import log_window, render_rows
 from dispatchlab.reports import selectors
+from dispatchlab.reports.last_good import last_good_context
 from dispatchlab.reports.models import FailureGroup, Project, Report
 
 PAGE_SIZE = 50
@@ -233,6 +234,7 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
         files=list(report.files.all()),
         similar_cases=selectors.report_similar_cases(doc),
         similar_groups=selectors.report_similar_groups(report),
+        **last_good_context(report),
         compare_with=list(
             _rows(_reports(request.user).filter(project=report.project, document__isnull=False))
             .exclude(pk=report.pk)
