@@ -84,6 +84,10 @@ def render_markdown_excerpt(text: str, limit: int) -> SafeString:
         return SafeString("")
     html = _parser().renderInline(cut)
     clean = nh3.clean(
-        html, tags=TAGS, attributes=ATTRIBUTES, url_schemes=URL_SCHEMES, link_rel="noopener noreferrer nofollow"
+        html,
+        tags=TAGS,
+        attributes=ATTRIBUTES,
+        url_schemes=URL_SCHEMES,
+        link_rel="noopener noreferrer nofollow",
     )
     return mark_safe(clean)  # sanitised by nh3 just above
