@@ -14,8 +14,9 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
-from django.db.models.functions import TruncDate
+from django.db.models import BooleanField, Count, ExpressionWrapper, Max, Min, Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Coalesce, TruncDate
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
@@ -39,6 +40,12 @@ LIST_DEFER = ("document", "backend_values", "launch_command")
 # Whether a report has a stored document, without loading it. A report keeps its document while it
 # is analysed again, so pages branch on this, not on the status.
 HAS_DOCUMENT = ExpressionWrapper(Q(document__isnull=False), output_field=BooleanField())
+# The log's own time: its first event's or first phase's (an ISO string; vLLM's year-less times read
+# 1900-...). The upload time says when someone sent the log, which may be days after the run.
+LOG_TIME = Coalesce(
+    KeyTextTransform("time", KeyTransform("0", KeyTransform("timeline", "document"))),
+    KeyTextTransform("start", KeyTransform("0", KeyTransform("phases", "document"))),
+)
 
 
 def _projects(user: Any) -> QuerySet[Project]:
@@ -66,7 +73,7 @@ def _report_or_404(request: HttpRequest, report_id: int, *, with_document: bool 
 
 def _rows(reports: QuerySet[Report]) -> QuerySet[Report]:
     """Reports as list rows: without the large columns, with `has_document`."""
-    return reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT)
+    return reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT, log_time=LOG_TIME)
 
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
@@ -336,6 +343,16 @@ def _daily_counts(reports: QuerySet[Report], group_ids: list[int], days: int) ->
     return counts
 
 
+def _log_time_range(reports: QuerySet[Report]) -> tuple[str, str] | None:
+    """The earliest and latest of the reports' own log times; times with a year before those without."""
+    timed = reports.annotate(log_time=LOG_TIME).filter(log_time__isnull=False).exclude(log_time="")
+    for found in (timed.exclude(log_time__startswith=f"{figures.UNKNOWN_YEAR}-"), timed):
+        span = found.aggregate(first=Min("log_time"), last=Max("log_time"))
+        if span["first"]:
+            return span["first"], span["last"]
+    return None
+
+
 def _distinct_by_group(reports: QuerySet[Report], group_ids: list[int], column: str) -> dict[int, list[str]]:
     out: dict[int, list[str]] = defaultdict(list)
     rows = (
@@ -367,7 +384,7 @@ def groups(request: HttpRequest) -> HttpResponse:
         {
             "group": group,
             "spark": figures.sparkline_svg(
-                daily.get(group.pk, []), width=170, height=40, first_day=_first_day(SPARK_DAYS)
+                daily.get(group.pk, []), width=210, height=54, first_day=_first_day(SPARK_DAYS)
             ),
             "arches": arches.get(group.pk, []),
             "versions": versions.get(group.pk, []),
@@ -401,6 +418,7 @@ def group(request: HttpRequest, group_id: int) -> HttpResponse:
                 first_day=_first_day(days),
             ),
             "spark_days": days,
+            "log_times": _log_time_range(reports),
             "arches": _distinct_by_group(reports, [group.pk], "arch").get(group.pk, []),
             "versions": _distinct_by_group(reports, [group.pk], "server_version").get(group.pk, []),
             **decision_views.group_context(request, group),

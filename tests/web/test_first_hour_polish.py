@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from datetime import date
 
 import pytest
 from django.test import Client
@@ -13,7 +14,9 @@ from django.test import Client
 from dispatchlab.core.signatures import KnowledgeBase, TriedAndFailed, load_knowledge_base
 from dispatchlab.decisions.markdown import markdown_cut, render_markdown_excerpt
 from dispatchlab.decisions.services import decision_create
+from dispatchlab.front.figures import sparkline_svg
 from dispatchlab.gpu.selectors import compat_matrix
+from dispatchlab.reports.models import FailureGroup
 
 EXPLANATION = (
     "The runner string is a copy of the target's resolved `moe_runner_backend` (or "
@@ -125,3 +128,38 @@ def test_a_dead_end_that_names_no_arch_keeps_the_signatures_arches(alice, acme):
     matrix = compat_matrix(alice, kb=KnowledgeBase.from_signatures([*others, changed], kb.digest))
     for arch in base.conditions["arch_in"]:
         assert matrix.cell("moe", "flashinfer_cutedsl", arch).verdict == "fails", arch
+
+
+def test_a_group_shows_when_its_logs_ran_not_only_when_they_were_uploaded(
+    alice_client, acme, make_report, make_document
+):
+    group = FailureGroup.objects.create(project=acme, fingerprint="a" * 16, title="CUDA out of memory")
+    for when in ("2026-05-27T08:10:44", "2026-05-24T00:51:02"):
+        timeline = [{"line": 1, "time": when, "rank": None, "kind": "phase", "name": "init", "detail": ""}]
+        make_report(acme, document=make_document(timeline=timeline), group=group)
+    html = alice_client.get(f"/groups/{group.pk}/").content.decode()
+    assert "first uploaded" in html and "first seen" not in html
+    assert re.search(r"in the logs</span>2026-05-24 00:51 to 2026-05-27 08:10", html)
+    assert "log 2026-05-24 00:51" in html and "log 2026-05-27 08:10" in html
+
+
+def test_a_vllm_log_time_without_a_year_is_shown_without_one(alice_client, acme, make_report, make_document):
+    timeline = [
+        {
+            "line": 1,
+            "time": "1900-12-02T14:03:11",
+            "rank": None,
+            "kind": "phase",
+            "name": "init",
+            "detail": "",
+        }
+    ]
+    make_report(acme, document=make_document(timeline=timeline))
+    html = alice_client.get("/").content.decode()
+    assert "log 12-02 14:03" in html and "1900" not in html
+
+
+def test_every_day_of_a_group_sparkline_answers_a_hover_with_its_count():
+    svg = str(sparkline_svg([0, 2, 0], width=210, height=54, first_day=date(2026, 5, 24)))
+    hits = re.findall(r'<path class="hit" d="[^"]+"><title>([^<]+)</title></path>', svg)
+    assert hits == ["May 24: 0 reports", "May 25: 2 reports", "May 26: 0 reports"]

@@ -10,6 +10,7 @@ from django.utils.safestring import SafeString
 
 from dispatchlab.decisions.markdown import render_markdown, render_markdown_excerpt
 from dispatchlab.front.compare import show
+from dispatchlab.front.figures import UNKNOWN_YEAR
 from dispatchlab.front.presenters import ORIGIN_HELP
 from dispatchlab.front.report_page import reference_url
 
@@ -116,6 +117,13 @@ def ticks(value: Any) -> SafeString:
 def markdown(value: Any) -> SafeString:
     """Knowledge-base prose is Markdown: rendered, then sanitised (dispatchlab.decisions.markdown)."""
     return render_markdown(str(value or ""))
+
+
+@register.filter
+def log_time(value: Any) -> str:
+    """A log's own ISO time to the minute, as the log printed it: no year where the log has none."""
+    text = str(value or "").replace("T", " ")[:16]
+    return text[5:] if text.startswith(f"{UNKNOWN_YEAR}-") else text
 
 
 @register.filter
