@@ -14,9 +14,9 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import BooleanField, Count, ExpressionWrapper, Max, Min, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, Max, Min, Q, QuerySet, TextField, Value
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.functions import Coalesce, NullIf, TruncDate
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
@@ -42,9 +42,16 @@ LIST_DEFER = ("document", "backend_values", "launch_command")
 HAS_DOCUMENT = ExpressionWrapper(Q(document__isnull=False), output_field=BooleanField())
 # The log's own time: its first event's or first phase's (an ISO string; vLLM's year-less times read
 # 1900-...). The upload time says when someone sent the log, which may be days after the run.
+# SQLite reads a JSON null as the text 'null'.
 LOG_TIME = Coalesce(
-    KeyTextTransform("time", KeyTransform("0", KeyTransform("timeline", "document"))),
-    KeyTextTransform("start", KeyTransform("0", KeyTransform("phases", "document"))),
+    NullIf(
+        KeyTextTransform("time", KeyTransform("0", KeyTransform("timeline", "document"))),
+        Value("null", output_field=TextField()),
+    ),
+    NullIf(
+        KeyTextTransform("start", KeyTransform("0", KeyTransform("phases", "document"))),
+        Value("null", output_field=TextField()),
+    ),
 )
 
 

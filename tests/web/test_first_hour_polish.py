@@ -159,6 +159,13 @@ def test_a_vllm_log_time_without_a_year_is_shown_without_one(alice_client, acme,
     assert "log 12-02 14:03" in html and "1900" not in html
 
 
+def test_a_log_without_times_shows_no_log_time(alice_client, acme, make_report, make_document):
+    untimed = [{"line": 1, "time": None, "rank": None, "kind": "phase", "name": "init", "detail": ""}]
+    make_report(acme, document=make_document(timeline=untimed, phases=[]))
+    html = alice_client.get("/").content.decode()
+    assert 'class="muted log-time"' not in html and "log null" not in html
+
+
 def test_every_day_of_a_group_sparkline_answers_a_hover_with_its_count():
     svg = str(sparkline_svg([0, 2, 0], width=210, height=54, first_day=date(2026, 5, 24)))
     hits = re.findall(r'<path class="hit" d="[^"]+"><title>([^<]+)</title></path>', svg)
