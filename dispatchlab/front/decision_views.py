@@ -28,7 +28,7 @@ from dispatchlab.core.decisions import (
     decision_sentence,
     draft_from_document,
 )
-from dispatchlab.decisions.markdown import render_markdown
+from dispatchlab.decisions.markdown import render_markdown, render_markdown_excerpt
 from dispatchlab.decisions.models import Decision, DecisionEdit
 from dispatchlab.decisions.selectors import (
     decision_links,
@@ -77,9 +77,19 @@ REVISIT_LINE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_.\-]*)\s*:?\s*(.*?)\s*$")
 # ---------------------------------------------------------------- the banner on reports and groups
 
 
+# How much of a record's Decision text the banner shows: what was decided, not only the title.
+BANNER_DECISION_CHARS = 220
+
+
 def _banner(refs: list[DecisionRef]) -> list[dict[str, Any]]:
+    decided = dict(Decision.objects.filter(id__in=[ref["id"] for ref in refs]).values_list("id", "decision"))
     return [
-        {**ref, "sentence": decision_sentence(ref), "url": reverse("front:decision", args=[ref["id"]])}
+        {
+            **ref,
+            "sentence": decision_sentence(ref),
+            "decided": render_markdown_excerpt(decided.get(ref["id"]) or "", BANNER_DECISION_CHARS),
+            "url": reverse("front:decision", args=[ref["id"]]),
+        }
         for ref in refs
     ]
 

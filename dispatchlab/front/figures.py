@@ -516,7 +516,16 @@ def _spark_bars(counts: list[int], box: _Box, first_day: date | None) -> SafeStr
         when = f"{_day_label(first_day + timedelta(days=i))}: " if first_day else ""
         x, y, bar = f"{box.left + i * step:.1f}", f"{box.bottom - tall:.1f}", f"{max(step - 1.0, 1.0):.1f}"
         bars.append((x, y, bar, f"{tall:.1f}", f"{when}{count} report{'s' if count != 1 else ''}"))
-    return format_html_join("", '<rect x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>', bars)
+    drawn = format_html_join("", '<rect x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>', bars)
+    if first_day is None:
+        return drawn
+    # A day's whole column answers the hover, so a day of no report or one short bar is easy to point at.
+    columns = [
+        (f"M{box.left + i * step:.1f} {box.top:.1f}h{step:.2f}v{box.height:.1f}h-{step:.2f}z", bar[4])
+        for i, bar in enumerate(bars)
+    ]
+    hits = format_html_join("", '<path class="hit" d="{}"><title>{}</title></path>', columns)
+    return format_html("{}{}", drawn, hits)
 
 
 def _spark_axes(counts: list[int], box: _Box, first_day: date, font: int) -> SafeString:
@@ -552,7 +561,7 @@ def sparkline_svg(
         box = _Box(0.0, float(width), 0.0, float(height))
         frame = format_html('<line x1="0" y1="{0}" x2="{1}" y2="{0}"></line>', f"{height - 0.5:.1f}", width)
     else:
-        font = 9 if height < 60 else 11
+        font = 10 if height < 60 else 11
         left = len(str(max(counts))) * font * 0.62 + 5
         box = _Box(left, width - 2.0, 2.0, height - font - 4.0)
         frame = _spark_axes(counts, box, first_day, font)

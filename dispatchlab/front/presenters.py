@@ -9,6 +9,9 @@ from typing import Any
 
 from dispatchlab.front.compare import BackendRow, backend_rows, ordered_keys, show
 
+# Notes of the knowledge base's authors (`research:seed-case.md`): not a page a reader can open, so never shown.
+INTERNAL_REFERENCE_PREFIXES = ("research:",)
+
 ORIGIN_HELP = {
     "flag": "set by a launch flag",
     "args": "read from the server-args dump",
@@ -106,7 +109,11 @@ def match_views(doc: dict[str, Any]) -> list[MatchView]:
                 patch=fix_patch(fix),
                 tried_and_failed=[str(item) for item in fix.get("tried_and_failed") or []],
                 evidence=_evidence(match),
-                references=[str(ref) for ref in match.get("references") or []],
+                references=[
+                    str(ref)
+                    for ref in match.get("references") or []
+                    if not str(ref).startswith(INTERNAL_REFERENCE_PREFIXES)
+                ],
                 facts=[(str(k), show(v)) for k, v in (match.get("facts") or {}).items()],
                 decisions=[str(d) for d in match.get("decisions") or []],
                 source=str(match.get("source") or "signature"),

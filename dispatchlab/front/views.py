@@ -14,8 +14,9 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet
-from django.db.models.functions import TruncDate
+from django.db.models import BooleanField, Count, ExpressionWrapper, Max, Min, Q, QuerySet, TextField, Value
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Coalesce, NullIf, TruncDate
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,6 +30,7 @@ from dispatchlab.front.compare import compare_documents
 from dispatchlab.front.filters import GroupFilterForm, ReportFilterForm, filter_groups, filter_reports
 from dispatchlab.front.logview import log_window, render_rows
 from dispatchlab.reports import selectors
+from dispatchlab.reports.last_good import last_good_context
 from dispatchlab.reports.models import FailureGroup, Project, Report
 
 PAGE_SIZE = 50
@@ -38,6 +40,19 @@ LIST_DEFER = ("document", "backend_values", "launch_command")
 # Whether a report has a stored document, without loading it. A report keeps its document while it
 # is analysed again, so pages branch on this, not on the status.
 HAS_DOCUMENT = ExpressionWrapper(Q(document__isnull=False), output_field=BooleanField())
+# The log's own time: its first event's or first phase's (an ISO string; vLLM's year-less times read
+# 1900-...). The upload time says when someone sent the log, which may be days after the run.
+# SQLite reads a JSON null as the text 'null'.
+LOG_TIME = Coalesce(
+    NullIf(
+        KeyTextTransform("time", KeyTransform("0", KeyTransform("timeline", "document"))),
+        Value("null", output_field=TextField()),
+    ),
+    NullIf(
+        KeyTextTransform("start", KeyTransform("0", KeyTransform("phases", "document"))),
+        Value("null", output_field=TextField()),
+    ),
+)
 
 
 def _projects(user: Any) -> QuerySet[Project]:
@@ -65,7 +80,7 @@ def _report_or_404(request: HttpRequest, report_id: int, *, with_document: bool 
 
 def _rows(reports: QuerySet[Report]) -> QuerySet[Report]:
     """Reports as list rows: without the large columns, with `has_document`."""
-    return reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT)
+    return reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT, log_time=LOG_TIME)
 
 
 def _int_param(request: HttpRequest, name: str) -> int | None:
@@ -236,6 +251,7 @@ def report(request: HttpRequest, report_id: int) -> HttpResponse:
         files=list(report.files.all()),
         similar_cases=selectors.report_similar_cases(doc),
         similar_groups=selectors.report_similar_groups(report),
+        **last_good_context(report),
         compare_with=list(
             _rows(_reports(request.user).filter(project=report.project, document__isnull=False))
             .exclude(pk=report.pk)
@@ -337,6 +353,16 @@ def _daily_counts(reports: QuerySet[Report], group_ids: list[int], days: int) ->
     return counts
 
 
+def _log_time_range(reports: QuerySet[Report]) -> tuple[str, str] | None:
+    """The earliest and latest of the reports' own log times; times with a year before those without."""
+    timed = reports.annotate(log_time=LOG_TIME).filter(log_time__isnull=False).exclude(log_time="")
+    for found in (timed.exclude(log_time__startswith=f"{figures.UNKNOWN_YEAR}-"), timed):
+        span = found.aggregate(first=Min("log_time"), last=Max("log_time"))
+        if span["first"]:
+            return span["first"], span["last"]
+    return None
+
+
 def _distinct_by_group(reports: QuerySet[Report], group_ids: list[int], column: str) -> dict[int, list[str]]:
     out: dict[int, list[str]] = defaultdict(list)
     rows = (
@@ -368,7 +394,7 @@ def groups(request: HttpRequest) -> HttpResponse:
         {
             "group": group,
             "spark": figures.sparkline_svg(
-                daily.get(group.pk, []), width=170, height=40, first_day=_first_day(SPARK_DAYS)
+                daily.get(group.pk, []), width=210, height=54, first_day=_first_day(SPARK_DAYS)
             ),
             "arches": arches.get(group.pk, []),
             "versions": versions.get(group.pk, []),
@@ -402,6 +428,7 @@ def group(request: HttpRequest, group_id: int) -> HttpResponse:
                 first_day=_first_day(days),
             ),
             "spark_days": days,
+            "log_times": _log_time_range(reports),
             "arches": _distinct_by_group(reports, [group.pk], "arch").get(group.pk, []),
             "versions": _distinct_by_group(reports, [group.pk], "server_version").get(group.pk, []),
             **decision_views.group_context(request, group),

@@ -380,6 +380,26 @@ def _tried_and_failed_flag(what: str) -> tuple[str, str, str | None] | None:
     return tokens[0].lstrip("-").replace("-", "_"), tokens[1], arch
 
 
+_FAILURE_WORDS = re.compile(
+    r"(?i)\b(?:crash\w*|fail\w*|error\w*|exception|garbage|refus\w*|wrong|nan|unsupported|illegal|abort\w*|"
+    r"hang\w*|out of memory|oom|not (?:built|supported|compiled)|no kernel)\b|!!!!"
+)
+_ARCH_MENTION = re.compile(r"(?i)\bsm_?\d{2,3}[a-z]?\b")
+
+
+def _reports_a_failure(why: str) -> bool:
+    """Whether a dead end's note says the flag failed (crashed, errored, answered garbage), rather than
+    that it was slow or did not change what it was meant to change."""
+    return bool(_FAILURE_WORDS.search(why))
+
+
+def _arch_of_note(why: str) -> str | None:
+    """The arch a dead end's note was seen on: the first it names ("Measured on RTX PRO 6000 (sm_120):
+    crashes, ... built for SM100 only" was seen on sm_120; SM100 is where the kernel would run)."""
+    found = _ARCH_MENTION.search(why)
+    return arch_name(found.group(0)) if found else None
+
+
 def _kb_claims(signatures: Iterable[Signature]) -> tuple[list[_Claim], dict[str, KbCitation]]:
     """What the knowledge base says fails where: a signature that names an arch (its conditions, or a
     dead end "flag value on sm_NNN") and a backend (its backend conditions, or a tried-and-failed
@@ -390,7 +410,7 @@ def _kb_claims(signatures: Iterable[Signature]) -> tuple[list[_Claim], dict[str,
         conditions = signature.conditions
         arch_in = {a for a in conditions.get("arch_in") or [] if arch_name(a)}
         arch_not = {a for a in conditions.get("arch_not_in") or [] if arch_name(a)}
-        named: list[tuple[str, str, str | None, str]] = []  # key, value, arch override, why
+        named: list[tuple[str, str, set[str] | None, str]] = []  # key, value, arches it names, why
         for table in ("backends", "draft_backends", "server_args"):
             for key, values in (conditions.get(table) or {}).items():
                 for value in values:
@@ -398,14 +418,23 @@ def _kb_claims(signatures: Iterable[Signature]) -> tuple[list[_Claim], dict[str,
                     named.append((key, str(value), None, f"{model}{key} = {value} in its conditions"))
         for dead_end in signature.tried_and_failed:
             parsed = _tried_and_failed_flag(dead_end.what)
-            if parsed is not None:
-                named.append((parsed[0], parsed[1], parsed[2], f"tried and failed: {dead_end.why}"))
-        for key, value, arch, why in named:
+            if parsed is None:
+                continue
+            key, value, arch = parsed
+            if arch is None:
+                # The note says where it failed, if anywhere: a slow first JIT build is not a failure,
+                # and what one arch showed says nothing of the others.
+                if not _reports_a_failure(dead_end.why):
+                    continue
+                arch = _arch_of_note(dead_end.why)
+            named_arches = {arch} if arch else None
+            named.append((key, value, named_arches, f"tried and failed: {dead_end.why}"))
+        for key, value, named_arches, why in named:
             component = _key_component(key)
             if component is None or value.lower() in NOT_A_BACKEND:
                 continue
-            if arch is not None:
-                arches: set[str] | None = {arch}
+            if named_arches:
+                arches: set[str] | None = set(named_arches)
             elif arch_in:
                 arches = arch_in - arch_not
             elif arch_not:

@@ -730,13 +730,15 @@ def test_references_become_links_to_their_threads_and_files(client, cast):
     doc["matches"][0]["references"] = [
         "flashinfer-ai/flashinfer#3670",
         "sglang:python/sglang/srt/server_args.py",
+        "CUDA runtime error codes",
         "research:seed-case.md",
     ]
     login(client, cast.alice)
     html = client.get(reverse("front:report", args=[cast.report(doc).pk])).content.decode()
     assert 'href="https://github.com/flashinfer-ai/flashinfer/issues/3670"' in html
     assert 'href="https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py"' in html
-    assert "<code>research:seed-case.md</code>" in html
+    assert "<code>CUDA runtime error codes</code>" in html  # a name to look up, shown as it is
+    assert "research:" not in html  # the knowledge base's own notes are no page a reader can open
 
 
 def test_identical_evidence_from_several_ranks_is_one_line_that_shows_the_kernel(client, cast):

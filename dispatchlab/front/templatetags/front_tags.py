@@ -8,8 +8,9 @@ from django.urls import reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 
-from dispatchlab.decisions.markdown import render_markdown
+from dispatchlab.decisions.markdown import render_markdown, render_markdown_excerpt
 from dispatchlab.front.compare import show
+from dispatchlab.front.figures import UNKNOWN_YEAR
 from dispatchlab.front.presenters import ORIGIN_HELP
 from dispatchlab.front.report_page import reference_url
 
@@ -116,6 +117,19 @@ def ticks(value: Any) -> SafeString:
 def markdown(value: Any) -> SafeString:
     """Knowledge-base prose is Markdown: rendered, then sanitised (dispatchlab.decisions.markdown)."""
     return render_markdown(str(value or ""))
+
+
+@register.filter
+def log_time(value: Any) -> str:
+    """A log's own ISO time to the minute, as the log printed it: no year where the log has none."""
+    text = str(value or "").replace("T", " ")[:16]
+    return text[5:] if text.startswith(f"{UNKNOWN_YEAR}-") else text
+
+
+@register.filter
+def markdown_excerpt(value: Any, limit: int = 420) -> SafeString:
+    """The first `limit` characters of Markdown prose, inline, cut where no markup is left open."""
+    return render_markdown_excerpt(str(value or ""), int(limit))
 
 
 @register.simple_tag
