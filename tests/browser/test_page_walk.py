@@ -19,8 +19,9 @@ from dispatchlab.gpu import services as gpu_services
 from dispatchlab.gpu import sweep_services
 from dispatchlab.gpu.models import ConfirmRun
 from dispatchlab.notify import services as notify_services
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_analyze, report_create
+from dispatchlab.reports.submit import report_create
 from tests.web.test_sweep_pages import worker_result
 
 pytestmark = pytest.mark.browser

@@ -10,9 +10,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
+from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.last_good import last_good_report
 from dispatchlab.reports.models import Report
-from dispatchlab.reports.services import report_analyze, report_create
+from dispatchlab.reports.submit import report_create
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "lastgood"
 
