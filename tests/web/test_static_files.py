@@ -25,7 +25,7 @@ def _served(path: str, accept_encoding: str) -> HttpResponse:
 
 
 @pytest.fixture
-def collected(tmp_path: Path, settings):
+def collected(tmp_path: Path, settings, db):  # db: closing a response signals request_finished
     root = tmp_path / "collected"
     storages = {**settings.STORAGES, "staticfiles": {"BACKEND": MANIFEST_STORAGE}}
     with override_settings(STATIC_ROOT=root, STORAGES=storages, WHITENOISE_USE_FINDERS=False):
