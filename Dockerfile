@@ -27,7 +27,8 @@ ENV PYTHONUNBUFFERED=1 \
     DJANGO_SETTINGS_MODULE=dispatchlab.config.settings \
     DISPATCHLAB_DATA_DIR=/data/var \
     DISPATCHLAB_MEDIA_ROOT=/data/media \
-    DISPATCHLAB_STATIC_ROOT=/app/staticfiles
+    DISPATCHLAB_STATIC_ROOT=/app/staticfiles \
+    DISPATCHLAB_STATIC_MANIFEST=true
 WORKDIR /app
 # Dependencies first (a layer that survives code changes), then the code, installed in place: the
 # settings find templates/ and static/ beside the package.
@@ -40,6 +41,7 @@ COPY worker ./worker
 COPY templates ./templates
 COPY static ./static
 # The secret key given here only lets collectstatic import the settings; it is not kept in the image.
+# collectstatic writes the hashed, gzip and Brotli copies the web server sends (DISPATCHLAB_STATIC_MANIFEST).
 RUN pip install --no-deps -e . \
     && DISPATCHLAB_SECRET_KEY=collectstatic-only DISPATCHLAB_DATA_DIR=/tmp/build \
        python manage.py collectstatic --noinput -v0 \

@@ -6,7 +6,8 @@ the stack of `dispatchlab.stack`: a real Celery worker process that parses (with
 re-sends lost messages), a notify worker that sends the webhooks on a queue of its own, both on the
 configured broker (kombu's filesystem transport by default), and uvicorn serving the ASGI app, as
 production does. DEBUG stays off unless DISPATCHLAB_DEBUG says otherwise (a missing
-page must not list the URL patterns); WhiteNoise serves the static files. Ctrl-C or SIGTERM stops
+page must not list the URL patterns); WhiteNoise serves the static files, collected at start-up (when
+they changed) under hashed names with gzip and Brotli copies and a long cache, as in production. Ctrl-C or SIGTERM stops
 everything, also when the devserver was started with SIGINT ignored (`&` in a script).
 """
 
@@ -65,15 +66,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, _stop_requested)
     signal.signal(signal.SIGTERM, _stop_requested)
     env = stack_env(data_dir=data_dir_from_env())
+    if env["DISPATCHLAB_DEBUG"].lower() not in ("1", "true", "yes", "on"):
+        # Hashed, compressed static files with a long cache, as production serves them (collected below).
+        env.setdefault("DISPATCHLAB_STATIC_MANIFEST", "true")
     os.environ.update(env)
 
     import django
+    from django.conf import settings
     from django.core.management import call_command
+
+    from dispatchlab.config.staticfiles import collect_if_stale
 
     stack: Stack | None = None
     try:
         django.setup()
         call_command("migrate", interactive=False, verbosity=1)
+        if settings.STATIC_MANIFEST and collect_if_stale():
+            print(f"collected the static files into {settings.STATIC_ROOT}", flush=True)
         bootstrap = io.StringIO()
         call_command("bootstrap", username=args.username, stdout=bootstrap)
         print(bootstrap.getvalue(), end="", flush=True)

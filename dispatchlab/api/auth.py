@@ -17,6 +17,7 @@ from dispatchlab.reports.selectors import (
     project_named,
     projects_of,
     projects_uploadable_by,
+    report_hidden_from,
     reports_visible_to,
 )
 
@@ -120,14 +121,26 @@ def authenticate(request: HttpRequest) -> Caller | JsonResponse:
 
 def caller_and_report(request: HttpRequest, report_id: int) -> tuple[Caller, Report] | JsonResponse:
     """The caller and the report it asks for, or the answer: 401 for no caller, 404 for a report that is
-    not among the caller's (another project's report is no different from a missing one)."""
+    not among the caller's: "no such report", or, for another project's, which project (its name only,
+    so the caller knows whom to ask; nothing of the report)."""
     caller = authenticate(request)
     if isinstance(caller, JsonResponse):
         return caller
     report = caller.reports().filter(id=report_id).first()
     if report is None:
-        return error("no such report", 404)
+        return error(_why_hidden(caller, report_id), 404)
     return caller, report
+
+
+def _why_hidden(caller: Caller, report_id: int) -> str:
+    hidden = report_hidden_from(caller.user, report_id)
+    if hidden is None:
+        return "no such report"
+    if caller.token is not None:
+        name = reports_visible_to(caller.user).filter(id=report_id).values_list("project__name", flat=True)
+        if name:  # the user's own project, but not this token's
+            return f"report {report_id} is in project {name[0]}; this token is for project {caller.token.project.name}"
+    return hidden
 
 
 def pick_project(

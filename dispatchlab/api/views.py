@@ -44,6 +44,7 @@ from dispatchlab.api.shapes import (
     Upload,
 )
 from dispatchlab.api.shapes import Report as ReportShape
+from dispatchlab.reports.intake import upload_check_readable
 from dispatchlab.reports.models import Project, Redaction, Report
 from dispatchlab.reports.redaction import RedactionRefused, redaction_from, redaction_request
 from dispatchlab.reports.selectors import report_similar_cases, report_similar_groups, reports_filtered
@@ -221,7 +222,10 @@ def reports_list(request: HttpRequest, *, query: ReportListQuery) -> HttpRespons
     body={"multipart/form-data": Upload},
     answers={
         201: (Created, "Stored (or found, when duplicate is true)."),
-        400: Error,
+        400: (
+            Error,
+            "No file, or a file that cannot be a log (empty, binary, a broken .gz): nothing stored.",
+        ),
         403: Error,
         404: (Error, "No such project among the caller's."),
         411: (Error, "Sent with Transfer-Encoding: chunked to a WSGI server: send a Content-Length."),
@@ -248,6 +252,7 @@ def reports_create(request: HttpRequest) -> HttpResponse:
     if not files:
         return error("send the log in the multipart field 'file'", 400)
     try:
+        upload_check_readable(files=files)
         report, created = report_submit(
             project=project,
             user=caller.user,
@@ -519,6 +524,7 @@ def ci_hook(request: HttpRequest, *, query: HookQuery) -> HttpResponse:
         delivery = request.headers.get("X-Dispatchlab-Delivery", "").strip()[:200] or None
         try:
             fields, files = _hook_fields(request, body)
+            upload_check_readable(files=files)
             report, created = report_submit(
                 project=project,
                 user=None,

@@ -275,6 +275,9 @@ USE_TZ = True
 # ---- files ----
 STATIC_URL = "/static/"
 STATIC_ROOT = Path(env_str("DISPATCHLAB_STATIC_ROOT", str(DATA_DIR / "static")))
+# Hashed names cached for a year and gzip/Brotli copies, as collected by `manage.py collectstatic`
+# into STATIC_ROOT (the devserver and the Docker image collect them; a page needs the manifest then).
+STATIC_MANIFEST = env_bool("DISPATCHLAB_STATIC_MANIFEST", False)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 MEDIA_URL = "/media/"
 MEDIA_ROOT = Path(env_str("DISPATCHLAB_MEDIA_ROOT", str(DATA_DIR / "media"))).resolve()
@@ -287,14 +290,17 @@ STORAGES = {
     },
     "staticfiles": {
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            "dispatchlab.config.staticfiles.CompressedManifestStorage"
+            if STATIC_MANIFEST
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
             if DEBUG
             else "whitenoise.storage.CompressedStaticFilesStorage"
         ),
     },
 }
-# Serve static files straight from the app folders too, so `gunicorn` works before `collectstatic`.
-WHITENOISE_USE_FINDERS = True
+# Without the manifest (tests, DEBUG, a server started before `collectstatic`), static files are served
+# straight from the app folders under their plain names, cached for WHITENOISE_MAX_AGE (60 s).
+WHITENOISE_USE_FINDERS = not STATIC_MANIFEST
 # With finders serving static/, an empty STATIC_ROOT (no collectstatic yet) is expected, not a problem.
 warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 DISPATCHLAB_MAX_UPLOAD_BYTES = env_int("DISPATCHLAB_MAX_UPLOAD_BYTES", 2 * 1024**3, minimum=1)

@@ -190,6 +190,27 @@ def _crash_dump_source(name: str, open_dump: Callable[[], BinaryIO]) -> Source:
     return Source(name, lambda: io.BytesIO(text), len(text), facts_only=True)
 
 
+def check_upload_head(stream: BinaryIO, name: str) -> None:
+    """Refuse, from its first bytes, an uploaded file that cannot be a log: empty, binary, or a `.gz`
+    that does not decompress to text (LogReadError, one line for people). A zip is left to
+    `open_sources`, which reads its directory under the limits on members and expansion. `stream`
+    is read from its start and left there."""
+    stream.seek(0)
+    head = stream.read(SNIFF_BYTES)
+    stream.seek(0)
+    if _magic(head) == "zip" or crashdump.looks_like_pickle(head, name):
+        return  # read under its own limits by open_sources (a zip's directory; a dump, never unpickled)
+    if _magic(head) == "gzip":
+        try:
+            with gzip.GzipFile(fileobj=stream) as unpacked:
+                head = unpacked.read(SNIFF_BYTES)
+        except (OSError, EOFError, zlib.error) as error:
+            raise LogReadError(f"{name}: not a readable .gz file ({error})") from None
+        finally:
+            stream.seek(0)
+    _check_text(head, name)
+
+
 def _safe_member_name(name: str) -> bool:
     path = PurePosixPath(name.replace("\\", "/"))
     return not (path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
@@ -32,6 +33,7 @@ from dispatchlab.front.gpu_links import (
 from dispatchlab.gpu import selectors as gpu_selectors
 from dispatchlab.gpu.models import ConfirmRun, GpuHost
 from dispatchlab.gpu.selectors import ALLREDUCE, allreduce_result, kernel_results
+from dispatchlab.messaging.broker import worker_starts
 from dispatchlab.reports import selectors
 from dispatchlab.reports.models import Report
 
@@ -349,10 +351,15 @@ def hosts(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     rows = gpu_selectors.hosts_with_probes(request.user, probe_id=_int_param(request, "probe"))
     projects = list(selectors.projects_uploadable_by(request.user))
+    starts = worker_starts(url=settings.CELERY_BROKER_URL, data_dir=settings.DATA_DIR)
     return render(
         request,
         "front/gpu/hosts.html",
-        {"hosts": [_host_view(row, now) for row in rows], "probe_projects": projects},
+        {
+            "hosts": [_host_view(row, now) for row in rows],
+            "probe_projects": projects,
+            "worker_starts": starts,
+        },
     )
 
 

@@ -1,7 +1,8 @@
 """The pages. Thin function views: scope to the user's projects, call a presenter, render.
 
 Every query starts from `_reports(user)` / `_groups(user)`, so a report of a project the user is not
-a member of is a 404 on every page, never a 403 that would confirm it exists.
+a member of is a 404 on every page; the report page and its log say whose project it is ("you are not
+a member of project NAME"), and nothing else of it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,21 @@ def _report_or_404(request: HttpRequest, report_id: int, *, with_document: bool 
     return get_object_or_404(reports, pk=report_id)
 
 
+def _report_or_refusal(
+    request: HttpRequest, report_id: int, *, with_document: bool = True
+) -> Report | HttpResponse:
+    """The report, or for another project's report a page saying whose it is (the links that the
+    command line prints land here), with nothing of the report; a missing one is a plain 404."""
+    try:
+        return _report_or_404(request, report_id, with_document=with_document)
+    except Http404:
+        reason = selectors.report_hidden_from(request.user, report_id)
+        if reason is None:
+            raise
+    context = {"reason": reason, "report_id": report_id, "projects": list(_projects(request.user))}
+    return render(request, "front/not_member.html", context, status=404)
+
+
 def _rows(reports: QuerySet[Report]) -> QuerySet[Report]:
     """Reports as list rows: without the large columns, with `has_document`."""
     return reports.defer(*LIST_DEFER).annotate(has_document=HAS_DOCUMENT, log_time=LOG_TIME)
@@ -112,16 +128,23 @@ def _csrf_rejection(request: HttpRequest) -> HttpResponse | None:
 
 
 def _upload_page(
-    request: HttpRequest, projects: list[Project], errors: list[str], status: int
+    request: HttpRequest,
+    projects: list[Project],
+    errors: list[str],
+    status: int,
+    kept: dict[str, str] | None = None,
 ) -> HttpResponse:
+    """The upload form; after a refusal, with the reasons and what was typed (`kept`: the pasted text,
+    title, launch command, project), so the next try starts from there."""
     if errors and _wants_json(request):
         return JsonResponse({"error": " ".join(errors)}, status=status)
-    return render(
-        request,
-        "front/upload.html",
-        {"projects": projects, "errors": errors, "max_bytes": settings.DISPATCHLAB_MAX_UPLOAD_BYTES},
-        status=status,
-    )
+    context = {
+        "projects": projects,
+        "errors": errors,
+        "max_bytes": settings.DISPATCHLAB_MAX_UPLOAD_BYTES,
+        "kept": kept or {},
+    }
+    return render(request, "front/upload.html", context, status=status)
 
 
 # csrf_exempt: the middleware reads the whole body (looking for the token) before any view runs; this
@@ -130,6 +153,7 @@ def _upload_page(
 @login_required
 @require_http_methods(["GET", "POST"])
 def upload(request: HttpRequest) -> HttpResponse:
+    from dispatchlab.reports.intake import pasted_log, upload_check_readable
     from dispatchlab.reports.submit import (
         UploadRejected,
         UploadTooLarge,
@@ -151,30 +175,45 @@ def upload(request: HttpRequest) -> HttpResponse:
     errors: list[str] = []
     files = request.FILES.getlist("file")
     slug = request.POST.get("project", "")
+    pasted_text = request.POST.get("text", "")
+    kept = {
+        "text": pasted_text,
+        "title": request.POST.get("title", "")[:300],
+        "launch_command": request.POST.get("launch_command", ""),
+        "project": slug,
+    }
+    pasted = pasted_log(pasted_text)
     project = next((p for p in projects if p.slug == slug), None)
     if project is None and len(projects) == 1 and not slug:
         project = projects[0]
     if project is None and slug and _projects(request.user).filter(slug=slug).exists():
         # A viewer of that project: a refusal, as the API gives it (an outsider learns nothing here).
         message = "You may read this project's reports but not upload to it (ask a member to make you one)."
-        return _upload_page(request, projects, [message], 403)
+        return _upload_page(request, projects, [message], 403, kept)
     if project is None:
         errors.append("Choose a project you can upload to.")
+    if pasted is not None:
+        files.append(pasted)
     if not files:
-        errors.append("Choose at least one log file.")
+        errors.append(
+            "The pasted text is empty: paste a log, or choose a log file."
+            if pasted_text
+            else "Choose a log file or paste a log."
+        )
     if errors:
-        return _upload_page(request, projects, errors, 400)
+        return _upload_page(request, projects, errors, 400, kept)
     try:
+        upload_check_readable(files=files)
         report, created = report_submit(
             project=project,
             user=request.user,
             files=files,
-            title=request.POST.get("title", "")[:300],
-            launch_command=request.POST.get("launch_command", ""),
+            title=kept["title"],
+            launch_command=kept["launch_command"],
         )
-    except UploadRejected as rejected:  # too large, too many files: a message for people
+    except UploadRejected as rejected:  # empty, binary, too large, too many files: a message for people
         status = 413 if isinstance(rejected, UploadTooLarge) else 400
-        return _upload_page(request, projects, list(rejected.messages), status)
+        return _upload_page(request, projects, list(rejected.messages), status, kept)
     duplicate = "" if created else report_page.duplicate_message(report)
     if duplicate:
         # shown once, on the report page the browser goes to next (with or without JavaScript)
@@ -219,7 +258,9 @@ def report_status(request: HttpRequest, report_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def report(request: HttpRequest, report_id: int) -> HttpResponse:
-    report = _report_or_404(request, report_id)
+    report = _report_or_refusal(request, report_id)
+    if isinstance(report, HttpResponse):
+        return report
     doc = report.document if isinstance(report.document, dict) else None
     # A stored document stays on show while the report is analysed again (after a knowledge-base
     # change); the status fragment becomes a banner above it.
@@ -268,7 +309,9 @@ LOG_DOCUMENT_KEYS = ("matches", "crash", "sources", "tracebacks", "line_count")
 @login_required
 @require_GET
 def log(request: HttpRequest, report_id: int) -> HttpResponse:
-    report = _report_or_404(request, report_id, with_document=False)
+    report = _report_or_refusal(request, report_id, with_document=False)
+    if isinstance(report, HttpResponse):
+        return report
     parts = (
         Report.objects.filter(pk=report.pk).values(*(f"document__{key}" for key in LOG_DOCUMENT_KEYS)).first()
         or {}

@@ -63,6 +63,61 @@ def broker_config(
     return BrokerConfig(url=url)
 
 
+# Where the README and the hosts page tell a GPU worker to join: one definition, so they name the same
+# commands ("dashboard" stands for the dashboard machine's address as the GPU host reaches it).
+WORKER_COMMAND = "python -m worker serve"
+SHARED_REDIS_URL = "redis://dashboard:6379/0"
+DASHBOARD_ON_REDIS = f"DISPATCHLAB_BROKER_URL={SHARED_REDIS_URL} python -m dispatchlab.devserver"
+WORKER_ON_REDIS = f"DISPATCHLAB_BROKER_URL={SHARED_REDIS_URL} {WORKER_COMMAND}"
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """How a GPU worker joins a dashboard's broker: where the command runs, and the command."""
+
+    where: str
+    command: str
+
+
+def worker_starts(*, url: str, data_dir: Path) -> list[WorkerStart]:
+    """The commands that start a GPU worker on the broker `url` (the dashboard's), most direct first.
+    A password in the URL is never shown."""
+    if url.startswith("filesystem://"):
+        same_dir = data_dir.resolve() == default_data_dir().resolve()
+        here = WORKER_COMMAND if same_dir else f"DISPATCHLAB_DATA_DIR={data_dir} {WORKER_COMMAND}"
+        return [
+            WorkerStart(
+                "on this machine, from the same checkout (its broker is the folder "
+                f"{data_dir / 'broker'}, which no other machine can join)",
+                here,
+            ),
+            WorkerStart(
+                "for a GPU host elsewhere, first start the dashboard on a Redis that host reaches",
+                DASHBOARD_ON_REDIS,
+            ),
+            WorkerStart("then, on the GPU host", WORKER_ON_REDIS),
+        ]
+    if url.startswith(("redis://", "rediss://")):
+        scheme, _, rest = url.partition("://")
+        credentials, at, location = rest.rpartition("@")
+        if at and ":" in credentials:
+            location = f"{credentials.partition(':')[0]}:PASSWORD@{location}"
+        elif at:
+            location = f"{credentials}@{location}"
+        return [
+            WorkerStart(
+                "on the GPU host (it must reach this Redis by that address)",
+                f"DISPATCHLAB_BROKER_URL={scheme}://{location} {WORKER_COMMAND}",
+            )
+        ]
+    return [
+        WorkerStart(
+            "on the GPU host, with this dashboard's broker URL",
+            f"DISPATCHLAB_BROKER_URL=... {WORKER_COMMAND}",
+        )
+    ]
+
+
 class _RedisChannel(kombu_redis.Channel):
     """kombu's Redis channel, made closable after Redis went away.
 

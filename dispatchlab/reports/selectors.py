@@ -35,6 +35,16 @@ def reports_visible_to(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Repor
     return Report.objects.filter(project__memberships__user=user).select_related("project", "group")
 
 
+def report_hidden_from(user: AbstractBaseUser | AnonymousUser, report_id: int) -> str | None:
+    """Why a signed-in user cannot see report `report_id` that exists: "you are not a member of project
+    NAME" (only the project's name, nothing of the report). None when there is no such report, or for
+    an anonymous caller (who is sent to log in and learns nothing)."""
+    if not user.is_authenticated:
+        return None
+    name = Report.objects.filter(pk=report_id).values_list("project__name", flat=True).first()
+    return None if name is None else f"you are not a member of project {name}"
+
+
 def _spells_id(text: str) -> bool:
     """Whether a search text may be a row's id (ASCII digits, short enough for a bigint)."""
     return text.isascii() and text.isdigit() and len(text) <= 12

@@ -1,6 +1,7 @@
-// Upload page: drag-and-drop of several files, an XHR upload with a progress bar, then the
+// Upload page: drag-and-drop of several files or pasted text, an XHR upload with a progress bar, then the
 // parsing progress fragment (htmx polling) until the report is ready and the page moves to it.
-// Without JavaScript the form still posts and the report page shows the same progress.
+// Without JavaScript the form still posts and the report page shows the same progress. A refused
+// upload leaves the form as it was (files, pasted text) with the server's reason above the button.
 (function () {
   "use strict";
   var form = document.getElementById("upload-form");
@@ -11,6 +12,7 @@
   var bar = document.getElementById("upload-progress");
   var errorBox = document.getElementById("upload-error");
   var button = document.getElementById("upload-button");
+  var paste = document.getElementById("paste-input");
   var maxBytes = parseInt(form.dataset.maxBytes || "0", 10);
 
   function human(bytes) {
@@ -69,7 +71,11 @@
     event.preventDefault();
     errorBox.hidden = true;
     var total = showFiles();
-    if (!input.files.length) return fail("Choose at least one log file.");
+    var pasted = paste ? paste.value : "";
+    if (!input.files.length && !pasted.trim()) {
+      return fail(pasted ? "The pasted text is empty: paste a log, or choose a log file." : "Choose a log file or paste a log.");
+    }
+    total += new Blob([pasted]).size;
     if (maxBytes && total > maxBytes) return fail("These files are " + human(total) + "; the limit is " + human(maxBytes) + ".");
     button.disabled = true;
     bar.hidden = false;

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import os
 import secrets
 import signal
 import subprocess
 import time
+import zipfile
 
 import pytest
+from conftest import _multipart
 
 pytestmark = pytest.mark.pipeline
 
@@ -35,11 +38,25 @@ def test_a_crash_log_is_diagnosed(stack, crash_log):
     assert row["group_id"] is not None and row["line_count"] == crash_log.count(b"\n") + 1
 
 
-def test_a_binary_file_fails_with_a_reason_a_person_understands(stack):
-    created = stack.upload([("core.log", b"\x7fELF\x02\x01\x01\x00" + os.urandom(4096))])
+def test_a_binary_file_is_refused_at_upload_with_a_reason_a_person_understands(stack):
+    body, content_type = _multipart({}, [("core.log", b"\x7fELF\x02\x01\x01\x00" + os.urandom(4096))])
+    status, answer = stack.request(
+        "POST",
+        "/api/v1/reports",
+        body,
+        {"Authorization": f"Bearer {stack.token}", "Content-Type": content_type},
+    )
+    assert (status, answer) == (400, {"error": "core.log: binary data, not a text log"})
+
+
+def test_a_zip_of_no_text_log_fails_with_a_reason_a_person_understands(stack):
+    packed = io.BytesIO()
+    with zipfile.ZipFile(packed, "w") as archive:
+        archive.writestr("core.bin", b"\x7fELF\x02\x01\x01\x00" + os.urandom(4096))
+    created = stack.upload([("logs.zip", packed.getvalue())])
     report = stack.wait_finished(created["id"])
     assert report["status"] == "failed"
-    assert report["error"] == "core.log: binary data, not a text log"
+    assert report["error"].endswith("zip holds no text logs"), report["error"]
     assert report["document"] is None
 
 

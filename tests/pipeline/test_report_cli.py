@@ -117,17 +117,16 @@ def test_without_waiting_it_prints_the_link_at_once(stack, crash_log, tmp_path):
     assert stack.wait_finished(number)["status"] == "done"
 
 
-def test_a_log_the_server_cannot_read_is_still_reported(stack, tmp_path):
-    binary = tmp_path / "core.log"
-    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + os.urandom(4096))
-    done = report(str(binary), "--url", stack.base_url, "--token", stack.token)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.decode().splitlines()
-    number = report_id(done.stdout.decode())
-    assert (
-        lines[0]
-        == f"report {number}: the server could not read the log: core.log: binary data, not a text log"
-    )
+def test_a_file_that_cannot_be_a_log_exits_1_with_the_servers_reason(stack, tmp_path):
+    for name, content, reason in (
+        ("core.log", b"\x7fELF\x02\x01\x01\x00" + os.urandom(4096), "core.log: binary data, not a text log"),
+        ("empty.log", b"", "empty.log: empty file, nothing to parse"),
+    ):
+        log = tmp_path / name
+        log.write_bytes(content)
+        done = report(str(log), "--url", stack.base_url, "--token", stack.token)
+        assert done.returncode == 1 and done.stdout == b"", done.stdout
+        assert done.stderr.decode() == f"dispatchlab report: the server refused the upload (400): {reason}\n"
 
 
 def test_a_bad_token_exits_1_with_the_servers_reason(stack, crash_log, tmp_path):

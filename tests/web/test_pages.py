@@ -526,7 +526,7 @@ def test_an_outsider_cannot_upload_into_a_project(client, cast):
 def test_an_upload_without_files_is_refused(client, cast):
     login(client, cast.alice)
     response = client.post(reverse("front:upload"), {"project": "gpu-lab"})
-    assert response.status_code == 400 and b"Choose at least one log file" in response.content
+    assert response.status_code == 400 and b"Choose a log file or paste a log" in response.content
 
 
 def test_an_uploaded_file_name_is_shown_as_text(client, cast):

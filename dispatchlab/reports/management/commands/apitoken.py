@@ -94,7 +94,11 @@ class Command(BaseCommand):
                     self.stderr.write(f"created user {username}")
                 if project is None:
                     project = project_create(name=project_name)
-                    self.stderr.write(f"created project {project.name} ({project.slug})")
+                    self.stderr.write(
+                        f"created project {project.name} ({project.slug}): only its members open its "
+                        "reports on the dashboard; add people in the admin (/admin/), or make the token "
+                        "for the project of your login"
+                    )
                 membership_ensure(user=user, project=project)
             if user is None:
                 raise CommandError(f"no user {username!r} (add --create to make it)")
