@@ -197,12 +197,19 @@ def timeline_positions(doc: dict[str, Any]) -> int:
     """How many distinct places on the timeline's x axis the document's events and phases take: a
     chart of fewer than three is a few marks on an axis of fractional lines or of a millisecond."""
     axis = _Axis(doc)
-    places = {axis.x(e.get("line"), e.get("time")) for e in doc.get("timeline") or [] if isinstance(e, dict)}
+    crash = doc.get("crash")
+    # the traceback's head and the crash it ends in are one mark, at the crash's own line
+    folded = crash.get("line") if isinstance(crash, dict) else None
+    places = {
+        axis.x(e.get("line"), e.get("time"))
+        for e in doc.get("timeline") or []
+        if isinstance(e, dict)
+        and not (folded is not None and e.get("line") == folded and e.get("kind") == "error")
+    }
     for phase in doc.get("phases") or []:
         if isinstance(phase, dict):
             places.add(axis.x(phase.get("start_line"), phase.get("start")))
             places.add(axis.x(phase.get("end_line"), phase.get("end")))
-    crash = doc.get("crash")
     if isinstance(crash, dict):
         places.add(axis.x(crashline.crash_line(doc), None))
     places.discard(None)
