@@ -11,6 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from playwright.sync_api import expect
 from seedlog import HOSTILE, fixed_run_lines, seed_case_lines
 
+from dispatchlab.core.crashline import crash_line
 from dispatchlab.reports.analysis import report_analyze
 from dispatchlab.reports.models import Report
 from dispatchlab.reports.submit import report_create
@@ -99,7 +100,7 @@ def test_hovering_the_crash_shows_the_exception_and_a_click_opens_its_line(page,
     report = _analyzed_report(lab, alice, seed_case_lines(filler=50))
     page.goto(f"/reports/{report.pk}/")
     page.wait_for_selector("#timeline-chart[data-drawn='1']")
-    crash = report.document["crash"]
+    at = crash_line(report.document)  # the exception's own line, as every crash pointer names it
     # the crash trace is the last one; its markers are the red X's
     marker = page.locator("#timeline-chart .scatterlayer .trace").last.locator(".point").first
     marker.scroll_into_view_if_needed()
@@ -107,10 +108,10 @@ def test_hovering_the_crash_shows_the_exception_and_a_click_opens_its_line(page,
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     hover = page.wait_for_selector(".hoverlayer .hovertext")
     label = hover.text_content()
-    assert "crash" in label and f"line {crash['line']}" in label
+    assert "crash" in label and f"line {at}" in label
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.wait_for_url(re.compile(rf"/log/\?line={crash['line']}#L{crash['line']}$"))
-    assert "crash" in (page.locator(f"tr#L{crash['line']}").get_attribute("class") or "")
+    page.wait_for_url(re.compile(rf"/log/\?line={at}#L{at}$"))
+    assert "crash" in (page.locator(f"tr#L{at}").get_attribute("class") or "")
 
 
 def test_a_log_with_script_and_img_tags_renders_as_inert_text(page, lab, alice, artifacts: Path):
