@@ -2,8 +2,8 @@
 gzip and Brotli copies that WhiteNoise sends to a browser that accepts them.
 
 `CompressedManifestStorage` is WhiteNoise's compressed manifest storage with Brotli at quality 9
-instead of 11: on the vendored plotly.min.js (4.8 MB) quality 11 takes about 17 s per copy and saves
-10% more than 9, which takes about 1.4 s, and the devserver collects at start-up.
+instead of 11: on the full plotly.min.js (4.8 MB, vendored before the partial bundle) quality 11 took about 17 s per copy and saved
+10% more than 9, which took about 1.4 s, and the devserver collects at start-up.
 `collect_if_stale` runs `collectstatic` only when the files the finders see changed since the last
 run, so a second start of the devserver costs nothing.
 """

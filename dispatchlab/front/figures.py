@@ -1,6 +1,6 @@
 """Plotly figures as plain dicts, built from a match document (docs/web-spec.md).
 
-No plotly import: the browser draws them with the vendored plotly.min.js from a json_script data
+No plotly import: the browser draws them with the vendored partial Plotly bundle (static/vendor/plotly-basic.min.js: scatter and bar, all the figures use) from a json_script data
 island. Every string that comes from a log goes through `plot_text`, because Plotly renders a subset
 of HTML tags in hover labels and names; escaped entities are shown as the characters they stand for.
 """

@@ -34,17 +34,17 @@ def collected(tmp_path: Path, settings, db):  # db: closing a response signals r
 
 
 def test_collected_files_have_hashed_names_and_compressed_copies(collected: Path):
-    url = static("vendor/plotly.min.js")
-    assert url.startswith("/static/vendor/plotly.min.") and url != "/static/vendor/plotly.min.js"
+    url = static("vendor/plotly-basic.min.js")
+    assert url.startswith("/static/vendor/plotly-basic.min.") and url != "/static/vendor/plotly-basic.min.js"
     hashed = collected / url.removeprefix("/static/")
-    original = (Path(__file__).resolve().parents[2] / "static/vendor/plotly.min.js").stat().st_size
+    original = (Path(__file__).resolve().parents[2] / "static/vendor/plotly-basic.min.js").stat().st_size
     assert hashed.stat().st_size == original
     assert Path(f"{hashed}.gz").stat().st_size < original / 3
     assert Path(f"{hashed}.br").stat().st_size < Path(f"{hashed}.gz").stat().st_size
 
 
 def test_a_hashed_file_is_sent_compressed_and_cached_for_a_year(collected: Path):
-    url = static("vendor/plotly.min.js")
+    url = static("vendor/plotly-basic.min.js")
     for accepted, encoding in (("gzip, deflate, br", "br"), ("gzip", "gzip")):
         response = _served(url, accepted)
         assert response.status_code == 200

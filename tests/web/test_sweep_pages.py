@@ -305,7 +305,7 @@ def test_the_page_draws_the_chart_from_its_data(alice_client, crash, sent):
     page = alice_client.get(reverse("front:sweep", args=[sweep.pk])).content.decode()
     island = re.search(r'<script id="sweep-fig" type="application/json">(.*?)</script>', page, re.S)
     assert island and json.loads(island.group(1))["meta"]["verdicts"][0] == "proposed"
-    assert 'data-figure="sweep-fig"' in page and "plotly.min.js" in page
+    assert 'data-figure="sweep-fig"' in page and "plotly-basic.min.js" in page
 
 
 def test_the_shapes_say_where_each_value_came_from_in_words(alice_client, acme, make_report, sent):
