@@ -23,7 +23,23 @@
     });
   }
 
-  document.querySelectorAll(".chart[data-figure]").forEach(draw);
+  // Plotly (1.2 MB of script to parse) is fetched once the page itself has loaded: the diagnosis, the
+  // fix and the tables are readable at once, and the charts are drawn as soon as it is there.
+  function drawAll() {
+    document.querySelectorAll(".chart[data-figure]").forEach(draw);
+  }
+  function loadPlotly() {
+    var source = document.getElementById("plotly-src");
+    if (window.Plotly || !source) return drawAll();
+    var script = document.createElement("script");
+    script.src = source.dataset.src;
+    script.onload = drawAll;
+    document.head.appendChild(script);
+  }
+  if (document.querySelector(".chart[data-figure]")) {
+    if (document.readyState === "complete") loadPlotly();
+    else window.addEventListener("load", loadPlotly);
+  }
 
   document.querySelectorAll("button.copy[data-copy]").forEach(function (button) {
     button.addEventListener("click", function () {
