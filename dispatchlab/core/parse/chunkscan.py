@@ -8,9 +8,13 @@ import contextlib
 import itertools
 import os
 import pickle
+import queue
+import re
 import signal
 import sys
+import threading
 import traceback
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +26,12 @@ from dispatchlab.core.reading import MAX_LINE_BYTES, MAX_PARSED_LINE_BYTES, norm
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
-CONTINUED = (
-    b"ServerArgs(",
-    b"server_args={",
-    b"launch_server",
-    b"sglang serve",
-    b"vllm serve",
-    b"api_server",
-)
+# what makes a line one whose dump or command may continue on the next lines
+_CONTINUED = re.compile(rb"ServerArgs\(|server_args=\{|launch_server|sglang serve|vllm serve|api_server")
+_DIGITS = b"0123456789"
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
-SEGMENT_BYTES = 64 * 1024 * 1024
+SEGMENT_BYTES = 16 * 1024 * 1024  # what one worker runs ahead: its results wait in memory
 
 
 @dataclass
@@ -42,19 +41,45 @@ class Hit:
     rules: tuple[int, ...] | None  # rule ids that may match; None: try every rule
     following: bytes  # the lines after it, for a dump or command that continues (else empty)
     previous: bytes = b""  # the line before a bare "Traceback": whose process printed it
+    key: int = 0  # the line's shape: its text without digits, its rules, its distance from the hit before
+    # (equal keys over a run's lines: the same run again)
 
 
 @dataclass
 class ChunkScan:
+    """A chunk's hits as columns (one object per hit costs more to pickle than to scan a line)."""
+
     size: int
     lines: int
-    hits: list[Hit]
+    hit_lines: array[int]  # 0-based line index within the chunk, per hit
+    hit_keys: array[int]  # per hit: see Hit.key; equal runs of keys are the same lines again
+    hit_ends: array[int]  # where each hit's line ends in `hit_text`
+    hit_text: bytes
+    hit_rules: array[int]  # per hit: an index into `rule_sets`
+    rule_sets: list[tuple[int, ...] | None]
+    context: dict[int, tuple[bytes, bytes]]  # hit number -> (following, previous), for the few that have any
+    first_content: int  # the first hit's key without its distance from the hit before (the parse adds it)
     samples: list[tuple[int, bytes]]  # (line index, line) of sampled batch-statistics lines
     metric_lines: int
     next_sample: int  # how far into the next chunk the sampling stride reaches
     checkpoints: list[tuple[int, int]] = field(
         default_factory=list
     )  # (line index, offset) for the line index
+
+    def __len__(self) -> int:
+        return len(self.hit_lines)
+
+    def hit(self, number: int) -> Hit:
+        start = self.hit_ends[number - 1] if number else 0
+        following, previous = self.context.get(number, (b"", b""))
+        return Hit(
+            self.hit_lines[number],
+            self.hit_text[start : self.hit_ends[number]],
+            self.rule_sets[self.hit_rules[number]],
+            following,
+            previous,
+            self.hit_keys[number],
+        )
 
 
 def _line_at(chunk: bytes, start: int) -> bytes:
@@ -74,6 +99,17 @@ def _following(chunk: bytes, start: int) -> bytes:
             break
         end = nxt + 1
     return chunk[begin:end]
+
+
+def _continues(raw: bytes) -> bool:
+    """A command cut by a trailing backslash, or a dump whose brackets do not close on its line: the
+    extractors read on into the following lines (a crash loop's complete dumps need none sent)."""
+    if raw.endswith(b"\\") or (raw[-1:].isspace() and raw.rstrip().endswith(b"\\")):
+        return True
+    if _CONTINUED.search(raw) is None:
+        return False
+    count = raw.count
+    return count(b"(") + count(b"[") + count(b"{") > count(b")") + count(b"]") + count(b"}")
 
 
 def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], int, int]:
@@ -108,43 +144,100 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
 
 
 def scan_chunk(
-    scanner: Scanner, chunk: bytes, stride: int, next_sample: int, *, checkpoints: bool = False
+    scanner: Scanner,
+    chunk: bytes,
+    stride: int,
+    next_sample: int,
+    *,
+    checkpoints: bool = False,
 ) -> ChunkScan:
-    candidates = scanner.candidates(chunk)
+    starts, line_rules = scanner.lines(chunk)
     sample_starts, next_sample, metric_lines = _samples(chunk, stride, next_sample)
-    count = chunk.count
-    hits: list[Hit] = []
+    count, find = chunk.count, chunk.find
+    hit_lines: array[int] = array("q")
+    hit_keys: array[int] = array("q")
+    hit_ends: array[int] = array("q")
+    hit_rules: array[int] = array("l")
+    raws: list[bytes] = []
+    rule_sets: dict[tuple[int, ...] | None, int] = {}
+    context: dict[int, tuple[bytes, bytes]] = {}
     samples: list[tuple[int, bytes]] = []
     marks: list[tuple[int, int]] = []
-    # walk candidate, sample and checkpoint offsets in order, counting newlines once between them
-    events = [(o, 0) for o in candidates] + [(o, 1) for o in sample_starts]
+    last_hit = -1
+    first_content = 0
+    text_length = 0
+    # samples and checkpoints are few: walk the hits, taking the others as their offsets come
+    others = [(o, 1) for o in sample_starts]
     if checkpoints:
-        events += [(o, 2) for o in chunk_checkpoints(chunk)]
-    events.sort()
+        others += [(o, 2) for o in chunk_checkpoints(chunk)]
+    others.sort()
+    others.append((len(chunk) + 1, 0))
+    other_at, other_kind = others[0]
+    next_other = 1
     index = 0
     cursor = 0
-    for offset, kind in events:
+    for offset, rules in zip(starts, line_rules, strict=True):
+        while other_at <= offset:
+            index += count(b"\n", cursor, other_at)
+            cursor = other_at
+            if other_kind == 2:
+                marks.append((index, other_at))
+            else:  # a statistics line (a rule may match it too: then it is a hit as well)
+                samples.append((index, _line_at(chunk, other_at)))
+            other_at, other_kind = others[next_other]
+            next_other += 1
         index += count(b"\n", cursor, offset)
         cursor = offset
-        if kind == 2:
-            marks.append((index, offset))
-            continue
-        raw = _line_at(chunk, offset)
-        if kind == 1:
-            samples.append((index, raw))
-            continue
-        rules = candidates[offset]
-        following = (
-            _following(chunk, offset)
-            if any(mark in raw for mark in CONTINUED) or raw.endswith(b"\\")
-            else b""
-        )
+        end = find(b"\n", offset)
+        raw = chunk[offset : min(len(chunk) if end < 0 else end, offset + MAX_PARSED_LINE_BYTES)]
+        rule_set = rule_sets.get(rules)
+        if rule_set is None:
+            rule_set = rule_sets[rules] = len(rule_sets)
+        shape: tuple[object, ...] = (raw.translate(None, _DIGITS), rules)
+        following = _following(chunk, offset) if _continues(raw) else b""
         previous = b""
-        if raw.lstrip().startswith(b"Traceback") and offset > 0:
+        if b"Traceback" in raw and offset > 0 and raw.lstrip().startswith(b"Traceback"):
             previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
-        hits.append(Hit(index, raw, tuple(sorted(rules)) if rules is not None else None, following, previous))
+        if following or previous:
+            context[len(hit_lines)] = (following, previous)
+            shape += (following.translate(None, _DIGITS), previous.translate(None, _DIGITS))
+        if last_hit < 0:
+            first_content = hash(shape)  # the parse knows how far the hit before it was
+            hit_keys.append(0)
+        else:
+            hit_keys.append(hash((hash(shape), index - last_hit)))
+        last_hit = index
+        hit_lines.append(index)
+        text_length += len(raw)
+        hit_ends.append(text_length)
+        hit_rules.append(rule_set)
+        raws.append(raw)
+    while other_kind:
+        index += count(b"\n", cursor, other_at)
+        cursor = other_at
+        if other_kind == 2:
+            marks.append((index, other_at))
+        else:
+            samples.append((index, _line_at(chunk, other_at)))
+        other_at, other_kind = others[next_other]
+        next_other += 1
     lines = index + count(b"\n", cursor)
-    return ChunkScan(len(chunk), lines, hits, samples, metric_lines, next_sample, marks)
+    return ChunkScan(
+        len(chunk),
+        lines,
+        hit_lines,
+        hit_keys,
+        hit_ends,
+        b"".join(raws),
+        hit_rules,
+        list(rule_sets),
+        context,
+        first_content,
+        samples,
+        metric_lines,
+        next_sample,
+        marks,
+    )
 
 
 # ---------------------------------------------------------------- segments of a big plain file, in parallel
@@ -211,18 +304,16 @@ class Segment:
     text: Path | None  # where to write its normalised text, for the line index
 
 
-def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> list[ChunkScan]:
-    scans: list[ChunkScan] = []
+def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> Iterator[ChunkScan]:
     next_sample = 0
     with path.open("rb") as handle, contextlib.ExitStack() as stack:
         text = stack.enter_context(segment.text.open("wb")) if segment.text else None
         for chunk in _chunks_between(handle, segment.start, segment.end):
             scan = scan_chunk(scanner, chunk, stride, next_sample, checkpoints=text is not None)
             next_sample = scan.next_sample
-            scans.append(scan)
             if text is not None:
                 text.write(chunk)
-    return scans
+            yield scan
 
 
 def parallel_workers() -> int:
@@ -247,11 +338,44 @@ def _keep_freed_memory() -> None:
         pass  # not glibc: the default allocator is fine, only slower
 
 
+_SEGMENT_END = b""
+_QUEUED_SCANS = 6  # per worker: how far it may run ahead of the parse reading its results
+
+
+def _send(out: BinaryIO, payload: bytes) -> None:
+    out.write(len(payload).to_bytes(8, "little"))
+    out.write(payload)
+
+
 def _worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int, out: BinaryIO) -> None:
+    """Each chunk's scan is sent as soon as it is made (a segment's worth held at once took hundreds of MB
+    on a crash loop); an empty message closes a segment, once its text part is written whole."""
     _keep_freed_memory()
     for segment in segments:
-        pickle.dump(scan_segment(scanner, path, segment, stride), out, protocol=pickle.HIGHEST_PROTOCOL)
+        for scan in scan_segment(scanner, path, segment, stride):
+            _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+        _send(out, _SEGMENT_END)
         out.flush()
+
+
+def _read_exactly(reader: BinaryIO, size: int) -> bytes | None:
+    data = reader.read(size)
+    return data if len(data) == size else None
+
+
+def _pump(reader: BinaryIO, into: queue.Queue[bytes | None], stop: threading.Event) -> None:
+    """Moves one worker's messages from its pipe to a bounded queue: the worker ahead keeps scanning while
+    the parse reads the one behind, and blocks when it is too far ahead (memory stays flat)."""
+    message: bytes | None = b""
+    while message is not None and not stop.is_set():
+        header = _read_exactly(reader, 8)
+        message = None if header is None else _read_exactly(reader, int.from_bytes(header, "little"))
+        while not stop.is_set():
+            try:
+                into.put(message, timeout=0.1)
+                break
+            except queue.Full:
+                continue
 
 
 def _die_with_parent(parent: int) -> None:
@@ -306,20 +430,35 @@ def scan_file_in_parallel(
     ]
     workers = min(workers, len(segments))
     children = [_fork_worker(scanner, path, segments[w::workers], stride) for w in range(workers)]
+    stop = threading.Event()
+    queues: list[queue.Queue[bytes | None]] = [queue.Queue(_QUEUED_SCANS) for _ in children]
+    pumps = [
+        threading.Thread(target=_pump, args=(reader, into, stop), daemon=True)
+        for (_pid, reader), into in zip(children, queues, strict=True)
+    ]
+    for pump in pumps:
+        pump.start()
     try:
         for index in range(len(segments)):
-            try:
-                scans: list[ChunkScan] = pickle.load(children[index % workers][1])
-            except EOFError:
-                raise RuntimeError(f"a scan worker stopped before finishing {path.name}") from None
-            yield from scans
+            messages = queues[index % workers]
+            while True:
+                message = messages.get()
+                if message is None:
+                    raise RuntimeError(f"a scan worker stopped before finishing {path.name}")
+                if message == _SEGMENT_END:
+                    break
+                yield pickle.loads(message)
             part = segments[index].text
             if part is not None and text_done is not None:
-                text_done(part)  # written whole before its scans were sent
+                text_done(part)  # written whole before its segment's end was sent
     finally:
-        for pid, reader in children:
-            reader.close()
+        stop.set()
+        for pid, _reader in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        for pump in pumps:
+            pump.join()
+        for _pid, reader in children:
+            reader.close()

@@ -162,6 +162,41 @@ class Scanner:
                     current.update(self.python_only)
         return hits
 
+    def lines(self, chunk: bytes) -> tuple[list[int], list[tuple[int, ...] | None]]:
+        """`candidates` in file order, as (line starts, rule ids per line: sorted, None for every rule); the
+        scan's hot path (one small int per Hyperscan match, no set per line)."""
+        if self.db is None or self.python_only:
+            found = self.candidates(chunk)
+            starts = sorted(found)
+            return starts, [None if found[s] is None else tuple(sorted(found[s] or ())) for s in starts]
+        packed: list[int] = []
+        push = packed.append
+
+        def on_match(rule: int, start: int, end: int, flags: int, context: object) -> None:
+            push(end << 16 | rule)
+
+        self.db.scan(chunk, match_event_handler=on_match)
+        starts: list[int] = []
+        rule_sets: list[tuple[int, ...] | None] = []
+        rfind, find = chunk.rfind, chunk.find
+        line_start, line_end = -1, -1
+        current: list[int] = []
+        for value in packed:  # in the order of their ends: a line's matches come together
+            end, rule = value >> 16, value & 0xFFFF
+            if not (line_start < end <= line_end):
+                start = rfind(b"\n", 0, end) + 1
+                if start != line_start:
+                    if current:
+                        rule_sets.append((current[0],) if len(current) == 1 else tuple(sorted(set(current))))
+                    nl = find(b"\n", start)
+                    line_start, line_end = start, nl if nl >= 0 else len(chunk)
+                    starts.append(start)
+                    current = []
+            current.append(rule)
+        if current:
+            rule_sets.append((current[0],) if len(current) == 1 else tuple(sorted(set(current))))
+        return starts, rule_sets
+
     def _fallback(self, chunk: bytes) -> dict[int, set[int] | None]:
         hits: dict[int, set[int] | None] = {}
         routine = ROUTINE.match
