@@ -191,10 +191,14 @@ def _other(number: int, raw: str, text: str, rank: str | None, year: str | None)
 
 
 _FORMATS = (_sglang, _vllm, _trtllm, _other)
+_INDENTS = (" ", "\t")
 
 
 def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
     """Strip the known prefixes of one line (already decoded, without newline)."""
+    if raw[:1] in _INDENTS and "|" not in raw and "Line " not in raw and "\x1b[" not in raw:
+        # an indented line (a traceback's frames and code): no prefix can start with a space
+        return Line(number, raw, _strip_gutter(raw), None, None, None, "plain", False)
     text, rank = _unwrap(raw)
     for parse in _FORMATS:
         line = parse(number, raw, text, rank, year_hint)

@@ -54,25 +54,42 @@ _VERSION = re.compile(
 )
 
 
+def _rule(server: str, weight: int) -> str:
+    return f"server_{server}_{'strong' if weight == STRONG else 'weak'}"
+
+
+# one rule per marker: the scan confirms only the markers its prefilter saw, so a traceback's frame lines (all
+# of them under sglang/) cost one short search, not four long ones
+_MARKER_RULES = tuple((_rule(server, weight), server, weight) for server, weight, _pattern in MARKERS)
+# what a line that gives a version has (the regex needs no search where none of these is)
+_VERSION_HINTS = ("ersion", "ERSION", "==", " v", " V")
+
+
 class ServerMentions:
     RULES: ClassVar[dict[str, str]] = {
-        "server_mention": "|".join(f"(?:{pattern.pattern})" for _server, _weight, pattern in MARKERS),
+        _rule(server, weight): pattern.pattern for server, weight, pattern in MARKERS
     }
     READS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, obs: Observations) -> None:
         self.obs = obs
+        self.full: set[tuple[str, int]] = set()  # markers whose first lines are all kept
 
     def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
-        if "server_mention" not in hits:
-            return False
-        for server, weight, pattern in MARKERS:
-            if pattern.search(line.msg):
-                kept = self.obs.server_mentions.setdefault(server, [])
-                if sum(1 for w, _line, _text in kept if w == weight) < _KEEP:
-                    kept.append((weight, line.number, line.msg.strip()[:300]))
+        for rule, server, weight in _MARKER_RULES:
+            if rule in hits:
+                if (server, weight) not in self.full:
+                    kept = self.obs.server_mentions.setdefault(server, [])
+                    if sum(1 for w, _line, _text in kept if w == weight) < _KEEP:
+                        kept.append((weight, line.number, line.msg.strip()[:300]))
+                    else:
+                        self.full.add((server, weight))
                 break  # a line speaks for one server: the first marker it shows
-        version = _VERSION.search(line.msg)
-        if version is not None:
-            self.obs.version(version.group("server").lower(), version.group("version"))
+        else:
+            return False
+        msg = line.msg
+        if any(hint in msg for hint in _VERSION_HINTS):
+            version = _VERSION.search(msg)
+            if version is not None:
+                self.obs.version(version.group("server").lower(), version.group("version"))
         return False
