@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from dispatchlab.core.lazyre import lazy_compile
+
 CHUNK_BYTES = 16 * 1024 * 1024
 # A line keeps its first MAX_LINE_BYTES, the rest is dropped (memory stays bounded, a log of no newline at
 # all is one line); the parser itself only looks at the first MAX_PARSED_LINE_BYTES of any line, so a 10 MB
@@ -84,7 +86,7 @@ def expansion_limit(
         _budget.reset(token)
 
 
-ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+ANSI_RE = lazy_compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 class LogReadError(Exception):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
+from dispatchlab.core.lazyre import lazy_compile
 
 try:  # optional accelerator: `pip install dispatchlab[fast]`
     import hyperscan as _hs
@@ -22,15 +23,15 @@ except ImportError:  # pragma: no cover - exercised by DISPATCHLAB_NO_HYPERSCAN 
     _hs = None  # type: ignore[assignment]
 
 # Routine lines (batch statistics, access log, health checks): about 97% of a serving log.
-ROUTINE = re.compile(
+ROUTINE = lazy_compile(
     rb"(?:\S+\s+\|\s)?(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] )?"
     rb"(?:Decode batch|Prefill batch|INFO:\s+[\d.:a-f\[\]]+ - \"(?:GET|POST) \S+ HTTP/1\.1\" 200|"
     rb"(?:\([\w ]+=?\d* ?pid=\d+\) )?INFO \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[loggers\.py:\d+\] Engine \d+: Avg)"
 )
 
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
-_INLINE_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
-_DOLLAR = re.compile(r"(?<!\\)\$")
+_NAMED_GROUP = lazy_compile(r"\(\?P<\w+>")
+_INLINE_FLAGS = lazy_compile(r"^\(\?([aiLmsux]+)\)")
+_DOLLAR = lazy_compile(r"(?<!\\)\$")
 
 
 # bump when _to_hyperscan changes: cached databases built by the old translation are then ignored
@@ -167,8 +168,8 @@ class Scanner:
         scan's hot path (one small int per Hyperscan match, no set per line)."""
         if self.db is None or self.python_only:
             found = self.candidates(chunk)
-            starts = sorted(found)
-            return starts, [None if found[s] is None else tuple(sorted(found[s] or ())) for s in starts]
+            ordered = sorted(found)
+            return ordered, [None if found[s] is None else tuple(sorted(found[s] or ())) for s in ordered]
         packed: list[int] = []
         push = packed.append
 

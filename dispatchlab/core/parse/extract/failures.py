@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine, Event, Frame, Traceback
@@ -78,11 +79,11 @@ _NOT_FATAL_KINDS = {
     "waiting",  # fatal only when the log ends on it (see _waiting_at_end)
 }
 # A request that failed while the server went on serving: the OpenAI handlers log it, the client gets a 4xx.
-_REQUEST_LOGGER = re.compile(
+_REQUEST_LOGGER = lazy_compile(
     r"\b(?:serving_chat|serving_completion|serving_engine|serving_responses|serving_embedding|serving_tokenization|"
     r"serving_transcription|chat_utils)\.py:\d+\]"
 )
-_REQUEST_FRAME = re.compile(
+_REQUEST_FRAME = lazy_compile(
     r"^(?:create_chat_completion|create_completion|_preprocess_chat|_preprocess_completion|generate_request|"
     r"handle_generate_request|v1_chat_completions|v1_completions|openai_v1_\w+|_handle_batch_request|"
     r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses|"
@@ -93,7 +94,7 @@ _REQUEST_TEXT_RULE = (
     r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
     r"maximum context length is \d+ tokens|Error in (?:chat|completion) request"
 )
-_REQUEST_TEXT = re.compile(_REQUEST_TEXT_RULE)
+_REQUEST_TEXT = lazy_compile(_REQUEST_TEXT_RULE)
 _AFTER_STOP_KINDS = {"killed", "signal", "exit_code", "subproc_crash", "died_init"}
 _ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", "oom"})
 # a GPU that faulted, and the stall reports that a fault makes other ranks print while they wait for it
@@ -102,19 +103,19 @@ _STALL_KINDS = frozenset({"watchdog", "stall", "waiting"})
 # a process reporting that it is still waiting for its peers: a hang when nothing else follows (vLLM's and
 # SGLang's shared-memory broadcast ring, a router polling workers that do not answer)
 _WAITING_RULE = r"No available (?:shared memory broadcast )?block found in \d+ seconds?|health check is pending with error"
-_WAITING = re.compile(_WAITING_RULE)
+_WAITING = lazy_compile(_WAITING_RULE)
 # What a log may go on printing while its engine hangs: access-log answers (status polls, health probes)
 # and the wait reports themselves. Anything else after the last wait report is progress.
-_IDLE_LINE = re.compile(
+_IDLE_LINE = lazy_compile(
     r"\"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \S+ HTTP/\d(?:\.\d)?\" \d{3}\b|^\s*$|\[\.\.\. not retrieved \.\.\.\]"
 )
-_FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
-_NCCL_CHATTER = re.compile(r"NCCL (?:WARN|INFO)")
+_FATAL_SIGNAL = lazy_compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
+_NCCL_CHATTER = lazy_compile(r"NCCL (?:WARN|INFO)")
 
-KERNEL_FUNC = re.compile(
+KERNEL_FUNC = lazy_compile(
     r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$"
 )
-KERNEL_TEXT = re.compile(
+KERNEL_TEXT = lazy_compile(
     r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
     r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
 )
@@ -126,7 +127,7 @@ NOT_KERNELS = {
     "common_ops",
     "flashinfer_kernel",
 }
-ERRORISH = re.compile(
+ERRORISH = lazy_compile(
     r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires"
 )
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine
@@ -25,40 +26,40 @@ from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, without_numbers
 
 # a JSON or Python-repr string value, possibly cut by the end of the pasted line
 _STRING = r"(?:\"(?P<dq>[^\"\\]*(?:\\.[^\"\\]*)*)\"?|'(?P<sq>[^'\\]*(?:\\.[^'\\]*)*)'?)"
-_JSON_VALUE = re.compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
+_JSON_VALUE = lazy_compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
 # keys only a response has: their value is an answer wherever the document is
-_OUTPUT_VALUE = re.compile(r"[\"'](?:text_output|generated_text|output_text)[\"']\s*:\s*" + _STRING)
+_OUTPUT_VALUE = lazy_compile(r"[\"'](?:text_output|generated_text|output_text)[\"']\s*:\s*" + _STRING)
 # a pasted output under a label of its own at the start of a line; a chat transcript's assistant turn
-_LABEL_VALUE = re.compile(
+_LABEL_VALUE = lazy_compile(
     r"^\s*(?:Output|Response|Answer|Completion|Prediction|Generated(?: text| output)?|Model output)"
     r"(?: \[Text \d+ Beam \d+\])?\s*:\s*" + _STRING
 )
-_TRANSCRIPT_VALUE = re.compile(r"^\s*(?:assistant|Assistant|ASSISTANT)\s*:\s*(?P<free>\S.*)")
-_KEYWORD_VALUE = re.compile(
+_TRANSCRIPT_VALUE = lazy_compile(r"^\s*(?:assistant|Assistant|ASSISTANT)\s*:\s*(?P<free>\S.*)")
+_KEYWORD_VALUE = lazy_compile(
     r"\b(?:ChatCompletionMessage\(content|CompletionChoice\([^()]*?\btext)=" + _STRING
 )
-_LOG_VALUE = re.compile(
+_LOG_VALUE = lazy_compile(
     r"(?:Generated response \S+(?: \(streaming complete\))?: output: |Generated text: |"
     r"CompletionOutput\(index=\d+, text=|\bout=\{[\"']text[\"']: )" + _STRING
 )
-_RESPONSE_MARK = re.compile(
+_RESPONSE_MARK = lazy_compile(
     r"[\"'](?:choices|meta_info|finish_reason|delta)[\"']\s*:|[\"']role[\"']\s*:\s*[\"']assistant|"
     r"[\"']object[\"']\s*:\s*[\"'](?:chat\.completion|text_completion)|\bout=\{|ChatCompletion\(|Completion\("
 )
-_REQUEST_MARK = re.compile(
+_REQUEST_MARK = lazy_compile(
     r"\bcurl\s|-d\s+'|--data\b|[\"'](?:messages|prompt|sampling_params|input)[\"']\s*:|"
     r"[\"']role[\"']\s*:\s*[\"'](?:user|system)|\bobj=\w+\(|requests\.post\(|Received request|prompt: "
 )
 # up to 32 characters: a chat template's special token (`<｜begin▁of▁sentence｜>`) is 22
-_REPEAT = re.compile(r"(\S{2,32}?)\1{10,}")
+_REPEAT = lazy_compile(r"(\S{2,32}?)\1{10,}")
 # one word with letters, eight times back to back: the loop a collapsed decoder falls into
-_WORD_LOOP = re.compile(r"(?<!\S)([^\W\d_][^\s\d]{1,23})(?: \1){7,}(?!\S)")
+_WORD_LOOP = lazy_compile(r"(?<!\S)([^\W\d_][^\s\d]{1,23})(?: \1){7,}(?!\S)")
 # what an array printout repeats (`[nan nan nan ...]`, `True True ...`) is a value, not an answer's word
 _ARRAY_VALUES = frozenset({"nan", "inf", "-inf", "none", "null", "true", "false"})
 # vocabulary slots no training text contains (Llama 3's reserved specials, Gemma's unused, Qwen's extra):
 # an answer that samples one is decoding random token ids
-_UNTRAINED_TOKEN = re.compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
+_UNTRAINED_TOKEN = lazy_compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
+_ESCAPE = lazy_compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 # a pretty-printed JSON's `"content": "..."` line belongs to the last document marker within this reach
 _CONTEXT_LINES = 60

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.observations import Observations
@@ -25,7 +26,7 @@ MARKERS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     (
         "vllm",
         STRONG,
-        re.compile(
+        lazy_compile(
             r"\bvLLM API server version\b|\bvllm(?: version|==| v)\s?\d|\bvLLM Version\s*:|"
             r"Killing local vLLM worker processes|\bvllm serve\b|\bvllm\.(?:entrypoints|engine|v1|model_executor|"
             r"worker|config|distributed|executor|collect_env)\b|\bV1 LLM engine\b|\bVllmConfig\b|"
@@ -34,22 +35,22 @@ MARKERS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
             r"Engine core initialization failed|EngineCore failed to start|\bAsyncLLMEngine\b"
         ),
     ),
-    ("vllm", WEAK, re.compile(r"(?:^|[/\\\s\"'])vllm[/\\]\w|\bVLLM_[A-Z][A-Z0-9_]+")),
+    ("vllm", WEAK, lazy_compile(r"(?:^|[/\\\s\"'])vllm[/\\]\w|\bVLLM_[A-Z][A-Z0-9_]+")),
     (
         "sglang",
         STRONG,
-        re.compile(
+        lazy_compile(
             r"\bsglang\.(?:launch_server|srt|bench_\w+|check_env)\b|\b(?:sglang|SGLang)(?: version|==| v)\s?\d|"
             r"\bSGLang\b|\bsgl[-_]kernel\b|\(SGLangEngine pid=|\bTpModelWorker\b|"
             r"\bScheduler hit an exception\b|server_args=ServerArgs\(|No module named '?sglang\b"
         ),
     ),
-    ("sglang", WEAK, re.compile(r"(?:^|[/\\\s\"'])sglang[/\\]\w|\bSGL(?:ANG)?_[A-Z][A-Z0-9_]+")),
+    ("sglang", WEAK, lazy_compile(r"(?:^|[/\\\s\"'])sglang[/\\]\w|\bSGL(?:ANG)?_[A-Z][A-Z0-9_]+")),
 )
 
 
 # a version a line gives with the server's name (`vllm version 0.24.0`, `sglang==0.5.2`): the server's own
-_VERSION = re.compile(
+_VERSION = lazy_compile(
     r"\b(?P<server>vllm|sglang)(?: version|==| v)\s?(?P<version>\d+\.\d+\.\d+[\w.+-]*)", re.I
 )
 
