@@ -380,9 +380,27 @@ def normalise_chunk(chunk: bytes) -> bytes:
     if b"\r" in chunk:
         chunk = chunk.replace(b"\r\n", b"\n")
         if b"\r" in chunk:
-            # tqdm redraws a bar with bare CRs: keep the last state of each line
-            chunk = re.sub(rb"[^\n]*\r(?=[^\n])", b"", chunk).replace(b"\r", b"")
+            chunk = _last_redraws(chunk)
     return chunk
+
+
+def _last_redraws(chunk: bytes) -> bytes:
+    """tqdm redraws a bar with bare CRs: each line keeps what follows its last CR, and no CR. Line by line
+    from one CR to the next (a regex over the chunk backtracked each line through binary junk)."""
+    out: list[bytes] = []
+    find, rfind = chunk.find, chunk.rfind
+    position = 0
+    while (cr := find(b"\r", position)) >= 0:
+        start = rfind(b"\n", 0, cr) + 1
+        end = find(b"\n", cr)
+        end = len(chunk) if end < 0 else end
+        line = chunk[start:end]
+        last = line.rfind(b"\r", 0, len(line) - 1)  # the last CR a character of the line follows
+        out.append(chunk[position:start])
+        out.append((line[last + 1 :] if last >= 0 else line).replace(b"\r", b""))
+        position = end
+    out.append(chunk[position:])
+    return b"".join(out)
 
 
 def decode_line(raw: bytes) -> str:

@@ -52,6 +52,8 @@ _REQUEST_MARK = lazy_compile(
 )
 # up to 32 characters: a chat template's special token (`<｜begin▁of▁sentence｜>`) is 22
 _REPEAT = lazy_compile(r"(\S{2,32}?)\1{10,}")
+# control characters no printed text holds (tab, newline and the like aside)
+_CONTROL = lazy_compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 # one word with letters, eight times back to back: the loop a collapsed decoder falls into
 _WORD_LOOP = lazy_compile(r"(?<!\S)([^\W\d_][^\s\d]{1,23})(?: \1){7,}(?!\S)")
 # what an array printout repeats (`[nan nan nan ...]`, `True True ...`) is a value, not an answer's word
@@ -67,6 +69,8 @@ _SHOWN = 80
 # judging one answer takes milliseconds and a `--log-requests` log prints one per request: judge the first
 # ones, then a sample (a broken kernel garbles every answer, so the sample still finds it)
 _JUDGED_ALL = 20
+# a looping line loops from its start: its first characters are judged (a megabyte prompt took 40 ms a line)
+_LOOP_JUDGED_CHARS = 64 * 1024
 _JUDGED_EVERY = 1000
 _JUDGED_CHARS = 4000  # a long answer is judged on its head and tail, where collapse and loops show
 
@@ -219,6 +223,8 @@ class Generated:
         """A pasted output line (no log prefix) where a token with letters repeats back to back."""
         if line.prefixed or line.level is not None or line.msg.startswith((" ", "\t")):
             return False
+        if _CONTROL.search(line.msg):
+            return False  # binary bytes (a core dump in the log), not text: the repeat search crawls on them
         return any(
             len(set(unit)) > 1 and any(ch.isalpha() for ch in unit)
             for unit in (m.group(1) for m in _REPEAT.finditer(line.msg))
@@ -230,7 +236,7 @@ class Generated:
         as the line may be anything else."""
         if "gen_words" not in hits or self.answers >= _JUDGED_ALL:
             return False
-        msg = line.msg
+        msg = line.msg[:_LOOP_JUDGED_CHARS]
         if not any(m.group(1).lower() not in _ARRAY_VALUES for m in _WORD_LOOP.finditer(msg)):
             return False
         reason = garbage_reason(msg.strip())
