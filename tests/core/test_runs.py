@@ -223,3 +223,28 @@ def test_the_runs_of_a_crash_loop_replayed_from_the_one_before_read_as_if_each_w
     before_last = [e["line"] for e in replayed["timeline"] if e["line"] < runs[-1]["first_line"]]
     assert max(before_last) <= runs[25]["first_line"] < runs[-1]["first_line"]
     assert replayed["truncated_events"] > 0
+
+
+def test_a_flood_of_different_tracebacks_and_error_lines_keeps_the_first_and_counts_the_rest():
+    from dispatchlab.core.parse.vocabulary import MAX_ERRORS, MAX_TRACEBACKS
+
+    count = MAX_ERRORS + 100
+
+    def word(n: int) -> str:  # error lines are told apart without their numbers
+        return "".join(chr(ord("a") + int(digit)) for digit in str(n))
+
+    blocks = [
+        f'Traceback (most recent call last):\n  File "/srv/app/step.py", line {n}, in handler_{word(n)}\n'
+        f"ValueError: state {n} is wrong\nERROR job {word(n)} failed\n"
+        for n in range(count)
+    ]
+    doc = parse_sources([text_source("".join(blocks))]).to_dict()
+    assert len(doc["tracebacks"]) == MAX_TRACEBACKS and doc["tracebacks_omitted"] == count - MAX_TRACEBACKS
+    assert doc["tracebacks"][0]["message"] == "state 0 is wrong"
+    assert len(doc["errors"]) == MAX_ERRORS and doc["errors_omitted"] == count - MAX_ERRORS
+    assert doc["errors"][0]["text"] == "ERROR job a failed"
+
+
+def test_a_log_under_the_caps_has_no_omitted_counts(tmp_path):
+    doc = _analyze(tmp_path, VLLM_OOM)
+    assert "tracebacks_omitted" not in doc and "errors_omitted" not in doc

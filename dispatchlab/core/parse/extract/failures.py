@@ -12,6 +12,7 @@ from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine, Event, Frame, Traceback
 from dispatchlab.core.parse.observations import FatalLine, Observations
 from dispatchlab.core.parse.vocabulary import (
+    MAX_ERRORS,
     MAX_FRAMES,
     MAX_KERNELS,
     MAX_MESSAGE,
@@ -391,6 +392,8 @@ class Failures:
             detail = f"{tb.exception}: {tb.message[:250]}"
             kind = "warning" if request else "error"
             obs.timeline.append(Event(tb.line, None, tb.rank, kind, "traceback", detail, None))
+        else:
+            obs.tracebacks_omitted += 1
         for frame in tb.frames:
             if KERNEL_FUNC.match(frame.function):
                 self._kernel(frame.function)
@@ -450,10 +453,13 @@ class Failures:
             fatal = False  # a warning that mentions OOM or a failed NCCL transport is not the failure itself
         if obs.stop_line is not None and kind in _AFTER_STOP_KINDS:
             fatal = False  # children dying after the operator stopped the server
-        ranks = [line.rank] if line.rank else []
-        obs.errors[norm] = ErrorLine(
-            line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal
-        )
+        if len(obs.errors) < MAX_ERRORS:
+            ranks = [line.rank] if line.rank else []
+            obs.errors[norm] = ErrorLine(
+                line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal
+            )
+        else:  # a flood of different error lines: the first ones are listed, the rest counted
+            obs.errors_omitted += 1
         if fatal or kind == "garbage_output":
             obs.fatal_lines.append(FatalLine(line.number, line.rank, kind, text))
         obs.event(line, "error", kind, text[:300])

@@ -22,7 +22,7 @@ from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine
 from dispatchlab.core.parse.observations import FatalLine, Observations
-from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, without_numbers
+from dispatchlab.core.parse.vocabulary import MAX_ERRORS, MAX_MESSAGE, without_numbers
 
 # a JSON or Python-repr string value, possibly cut by the end of the pasted line
 _STRING = r"(?:\"(?P<dq>[^\"\\]*(?:\\.[^\"\\]*)*)\"?|'(?P<sq>[^'\\]*(?:\\.[^'\\]*)*)'?)"
@@ -260,9 +260,12 @@ class Generated:
             if line.rank and line.rank not in entry.ranks:
                 entry.ranks.append(line.rank)
             return
-        ranks = [line.rank] if line.rank else []
-        obs.errors[key] = ErrorLine(
-            line.number, line.rank, ranks, "garbage_output", text[:MAX_MESSAGE], 1, line.time, False
-        )
+        if len(obs.errors) < MAX_ERRORS:
+            ranks = [line.rank] if line.rank else []
+            obs.errors[key] = ErrorLine(
+                line.number, line.rank, ranks, "garbage_output", text[:MAX_MESSAGE], 1, line.time, False
+            )
+        else:
+            obs.errors_omitted += 1
         obs.fatal_lines.append(FatalLine(line.number, line.rank, "garbage_output", text))
         obs.event(line, "error", "garbage_output", text[:300])
