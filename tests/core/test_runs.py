@@ -248,3 +248,14 @@ def test_a_flood_of_different_tracebacks_and_error_lines_keeps_the_first_and_cou
 def test_a_log_under_the_caps_has_no_omitted_counts(tmp_path):
     doc = _analyze(tmp_path, VLLM_OOM)
     assert "tracebacks_omitted" not in doc and "errors_omitted" not in doc
+
+
+@pytest.mark.parametrize("log", [SGLANG_ARCH, VLLM_OOM, SGLANG_OOM], ids=lambda p: p.stem)
+def test_a_crash_loops_repeated_blocks_taken_from_the_block_before_give_the_document_of_reading_every_line(
+    tmp_path, monkeypatch, log
+):
+    target = tmp_path / "loop.log"
+    target.write_text(_attempts(log, max(3, 2_000_000 // len(_text(log)))))
+    inferred = analyze_paths([target])
+    monkeypatch.setattr("dispatchlab.core.parse.chunkscan.INFER_REPEATS", False)
+    assert analyze_paths([target]) == inferred

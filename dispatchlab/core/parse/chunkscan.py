@@ -29,8 +29,17 @@ COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' 
 # what makes a line one whose dump or command may continue on the next lines
 _CONTINUED = re.compile(rb"ServerArgs\(|server_args=\{|launch_server|sglang serve|vllm serve|api_server")
 _DIGITS = b"0123456789"
+_ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
+# a crash loop's repeated blocks are taken from the block before them, not read line by line (tests turn it
+# off to compare); a chunk is searched for them from this size, blocks up to this many lines
+INFER_REPEATS = True
+_MIN_INFER_BYTES = 256 * 1024
+_MAX_BLOCK_LINES = 20_000
+_MAX_PROBE_COPIES = 64
+# error words and traceback frames in the middle of a chunk that make it worth searching for repeats
+_MIN_ERROR_MARKS, _GATE_BYTES = 8, 128 * 1024
 SEGMENT_BYTES = 16 * 1024 * 1024  # what one worker runs ahead: its results wait in memory
 
 
@@ -46,6 +55,24 @@ class Hit:
 
 
 @dataclass
+class Repeats:
+    """Hits the scan worker did not read line by line: blocks of lines that repeat the block before them
+    (digits aside), so their hits are that block's hits, moved down by a block each time."""
+
+    first_hit: int  # the first such hit's number in the chunk's columns
+    count: int
+    first_line: int  # the chunk line that `text` starts with (the line before the first repeated block)
+    text: bytes  # the lines the hits are read from, when the parse needs them
+    previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
+    lines: list[bytes] | None = None  # `text` split, on first use (in the parsing process only)
+
+    def line(self, number: int) -> bytes:
+        if self.lines is None:
+            self.lines = self.text.split(b"\n")
+        return self.lines[number - self.first_line]
+
+
+@dataclass
 class ChunkScan:
     """A chunk's hits as columns (one object per hit costs more to pickle than to scan a line)."""
 
@@ -53,7 +80,7 @@ class ChunkScan:
     lines: int
     hit_lines: array[int]  # 0-based line index within the chunk, per hit
     hit_keys: array[int]  # per hit: see Hit.key; equal runs of keys are the same lines again
-    hit_ends: array[int]  # where each hit's line ends in `hit_text`
+    hit_ends: array[int]  # where each hit's line ends in `hit_text` (repeated hits: an empty piece)
     hit_text: bytes
     hit_rules: array[int]  # per hit: an index into `rule_sets`
     rule_sets: list[tuple[int, ...] | None]
@@ -65,17 +92,26 @@ class ChunkScan:
     checkpoints: list[tuple[int, int]] = field(
         default_factory=list
     )  # (line index, offset) for the line index
+    repeats: Repeats | None = None
 
     def __len__(self) -> int:
         return len(self.hit_lines)
 
     def hit(self, number: int) -> Hit:
+        line = self.hit_lines[number]
+        rules = self.rule_sets[self.hit_rules[number]]
+        repeats = self.repeats
+        if repeats is not None and repeats.first_hit <= number < repeats.first_hit + repeats.count:
+            block_hit = (number - repeats.first_hit) % len(repeats.previous)
+            previous = repeats.line(line - 1) if repeats.previous[block_hit] else b""
+            raw = repeats.line(line)[:MAX_PARSED_LINE_BYTES]
+            return Hit(line, raw, rules, b"", previous, self.hit_keys[number])
         start = self.hit_ends[number - 1] if number else 0
         following, previous = self.context.get(number, (b"", b""))
         return Hit(
-            self.hit_lines[number],
+            line,
             self.hit_text[start : self.hit_ends[number]],
-            self.rule_sets[self.hit_rules[number]],
+            rules,
             following,
             previous,
             self.hit_keys[number],
@@ -143,6 +179,127 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
     return out, (position - size if out else 0), metric_lines
 
 
+class _Columns:
+    """The hit columns of a chunk, filled part by part (read line by line, or repeated)."""
+
+    def __init__(self) -> None:
+        self.lines: array[int] = array("q")
+        self.contents: array[int] = array("q")  # a hit's key before its distance from the hit before
+        self.ends: array[int] = array("q")
+        self.rules: array[int] = array("l")
+        self.raws: list[bytes] = []
+        self.rule_sets: dict[tuple[int, ...] | None, int] = {}
+        self.context: dict[int, tuple[bytes, bytes]] = {}
+        self.text_length = 0
+
+    def read(self, scanner: Scanner, chunk: bytes, start: int, end: int, line_base: int) -> None:
+        """The hits of chunk[start:end] (whole lines, the first being line `line_base`), line by line."""
+        starts, line_rules = scanner.lines(chunk[start:end] if start or end < len(chunk) else chunk)
+        count, find = chunk.count, chunk.find
+        index, cursor = line_base, start
+        for relative, rules in zip(starts, line_rules, strict=True):
+            offset = start + relative
+            index += count(b"\n", cursor, offset)
+            cursor = offset
+            line_end = find(b"\n", offset)
+            raw = chunk[
+                offset : min(len(chunk) if line_end < 0 else line_end, offset + MAX_PARSED_LINE_BYTES)
+            ]
+            rule_set = self.rule_sets.get(rules)
+            if rule_set is None:
+                rule_set = self.rule_sets[rules] = len(self.rule_sets)
+            shape: tuple[object, ...] = (raw.translate(None, _DIGITS), rules)
+            following = _following(chunk, offset) if _continues(raw) else b""
+            previous = b""
+            if b"Traceback" in raw and offset > 0 and raw.lstrip().startswith(b"Traceback"):
+                previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
+            if following or previous:
+                self.context[len(self.lines)] = (following, previous)
+                shape += (following.translate(None, _DIGITS), previous.translate(None, _DIGITS))
+            self.lines.append(index)
+            self.contents.append(hash(shape))
+            self.text_length += len(raw)
+            self.ends.append(self.text_length)
+            self.rules.append(rule_set)
+            self.raws.append(raw)
+
+    def keys(self, repeated: tuple[int, int, int] | None) -> array[int]:
+        """Each hit's key: its content and its distance from the hit before (the chunk's first: 0, the parse
+        adds it). `repeated` (first hit, hits per block, blocks): the keys of the blocks after the second are
+        the second's again."""
+        lines, contents = self.lines, self.contents
+        keys: array[int] = array("q", [0])
+
+        def add(start: int, stop: int) -> None:
+            for i in range(max(1, start), stop):
+                keys.append(hash((contents[i], lines[i] - lines[i - 1])))
+
+        if repeated is None:
+            add(1, len(lines))
+            return keys
+        first, per_block, blocks = repeated
+        add(1, first + 2 * per_block)
+        keys.extend(keys[first + per_block : first + 2 * per_block] * (blocks - 2))
+        add(first + per_block * blocks, len(lines))
+        return keys
+
+
+def _others(
+    chunk: bytes, sample_starts: list[int], checkpoints: list[int]
+) -> tuple[list[tuple[int, bytes]], list[tuple[int, int]]]:
+    """The sampled statistics lines (line index, line) and the line index's checkpoints (line index, offset)."""
+    samples: list[tuple[int, bytes]] = []
+    marks: list[tuple[int, int]] = []
+    others = sorted([(o, 1) for o in sample_starts] + [(o, 2) for o in checkpoints])
+    index = cursor = 0
+    for offset, kind in others:
+        index += chunk.count(b"\n", cursor, offset)
+        cursor = offset
+        if kind == 2:
+            marks.append((index, offset))
+        else:
+            samples.append((index, _line_at(chunk, offset)))
+    return samples, marks
+
+
+def _period(lines: list[bytes]) -> tuple[int, int, int] | None:
+    """(first line, block lines, blocks) of the longest stretch found where each block of lines is the block
+    before it again: a probe line's next copies give the candidate block lengths (a crash loop's run, or
+    within it one rank's lines)."""
+    total = len(lines)
+    best: tuple[int, int, int] | None = None
+    for start in (0, total // 3, 2 * total // 3):
+        probe_at = next((i for i in range(start, min(total, start + 64)) if len(lines[i]) >= 24), -1)
+        if probe_at < 0:
+            continue
+        probe, seen = lines[probe_at], probe_at
+        for _ in range(_MAX_PROBE_COPIES):
+            try:
+                seen = lines.index(probe, seen + 1)
+            except ValueError:
+                break
+            size = seen - probe_at
+            if size > _MAX_BLOCK_LINES or probe_at + 2 * size > total:
+                break
+            if lines[probe_at:seen] != lines[seen : seen + size]:
+                continue
+            blocks = 2
+            while probe_at + (blocks + 1) * size <= total and (
+                lines[probe_at + (blocks - 1) * size : probe_at + blocks * size]
+                == lines[probe_at + blocks * size : probe_at + (blocks + 1) * size]
+            ):
+                blocks += 1
+            begin = probe_at
+            while begin >= size and lines[begin - size : begin] == lines[begin : begin + size]:
+                begin -= size
+                blocks += 1
+            if best is None or blocks * size > best[1] * best[2]:
+                best = (begin, size, blocks)
+            if blocks * size * 2 > total:
+                return best
+    return best
+
+
 def scan_chunk(
     scanner: Scanner,
     chunk: bytes,
@@ -151,93 +308,86 @@ def scan_chunk(
     *,
     checkpoints: bool = False,
 ) -> ChunkScan:
-    starts, line_rules = scanner.lines(chunk)
     sample_starts, next_sample, metric_lines = _samples(chunk, stride, next_sample)
-    count, find = chunk.count, chunk.find
-    hit_lines: array[int] = array("q")
-    hit_keys: array[int] = array("q")
-    hit_ends: array[int] = array("q")
-    hit_rules: array[int] = array("l")
-    raws: list[bytes] = []
-    rule_sets: dict[tuple[int, ...] | None, int] = {}
-    context: dict[int, tuple[bytes, bytes]] = {}
-    samples: list[tuple[int, bytes]] = []
-    marks: list[tuple[int, int]] = []
-    last_hit = -1
-    first_content = 0
-    text_length = 0
-    # samples and checkpoints are few: walk the hits, taking the others as their offsets come
-    others = [(o, 1) for o in sample_starts]
-    if checkpoints:
-        others += [(o, 2) for o in chunk_checkpoints(chunk)]
-    others.sort()
-    others.append((len(chunk) + 1, 0))
-    other_at, other_kind = others[0]
-    next_other = 1
-    index = 0
-    cursor = 0
-    for offset, rules in zip(starts, line_rules, strict=True):
-        while other_at <= offset:
-            index += count(b"\n", cursor, other_at)
-            cursor = other_at
-            if other_kind == 2:
-                marks.append((index, other_at))
-            else:  # a statistics line (a rule may match it too: then it is a hit as well)
-                samples.append((index, _line_at(chunk, other_at)))
-            other_at, other_kind = others[next_other]
-            next_other += 1
-        index += count(b"\n", cursor, offset)
-        cursor = offset
-        end = find(b"\n", offset)
-        raw = chunk[offset : min(len(chunk) if end < 0 else end, offset + MAX_PARSED_LINE_BYTES)]
-        rule_set = rule_sets.get(rules)
-        if rule_set is None:
-            rule_set = rule_sets[rules] = len(rule_sets)
-        shape: tuple[object, ...] = (raw.translate(None, _DIGITS), rules)
-        following = _following(chunk, offset) if _continues(raw) else b""
-        previous = b""
-        if b"Traceback" in raw and offset > 0 and raw.lstrip().startswith(b"Traceback"):
-            previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
-        if following or previous:
-            context[len(hit_lines)] = (following, previous)
-            shape += (following.translate(None, _DIGITS), previous.translate(None, _DIGITS))
-        if last_hit < 0:
-            first_content = hash(shape)  # the parse knows how far the hit before it was
-            hit_keys.append(0)
-        else:
-            hit_keys.append(hash((hash(shape), index - last_hit)))
-        last_hit = index
-        hit_lines.append(index)
-        text_length += len(raw)
-        hit_ends.append(text_length)
-        hit_rules.append(rule_set)
-        raws.append(raw)
-    while other_kind:
-        index += count(b"\n", cursor, other_at)
-        cursor = other_at
-        if other_kind == 2:
-            marks.append((index, other_at))
-        else:
-            samples.append((index, _line_at(chunk, other_at)))
-        other_at, other_kind = others[next_other]
-        next_other += 1
-    lines = index + count(b"\n", cursor)
+    samples, marks = _others(chunk, sample_starts, chunk_checkpoints(chunk) if checkpoints else [])
+    lines = chunk.count(b"\n")
+    columns = _Columns()
+    repeats: Repeats | None = None
+    repeated: tuple[int, int, int] | None = None
+    found = (
+        _repeated_blocks(scanner, chunk, columns)
+        if INFER_REPEATS and len(chunk) >= _MIN_INFER_BYTES
+        else None
+    )
+    if found is None:
+        columns = _Columns()
+        columns.read(scanner, chunk, 0, len(chunk), 0)
+    else:
+        repeats, repeated = found
     return ChunkScan(
         len(chunk),
         lines,
-        hit_lines,
-        hit_keys,
-        hit_ends,
-        b"".join(raws),
-        hit_rules,
-        list(rule_sets),
-        context,
-        first_content,
+        columns.lines,
+        columns.keys(repeated),
+        columns.ends,
+        b"".join(columns.raws),
+        columns.rules,
+        list(columns.rule_sets),
+        columns.context,
+        columns.contents[0] if columns.contents else 0,
         samples,
         metric_lines,
         next_sample,
         marks,
+        repeats,
     )
+
+
+def _repeated_blocks(
+    scanner: Scanner, chunk: bytes, columns: _Columns
+) -> tuple[Repeats, tuple[int, int, int]] | None:
+    """A crash loop's chunk: the lines before the repeats and the first block read line by line, the blocks
+    that repeat it (every digit aside from its value: the same lines, each digit where the block has one)
+    taken as its hits moved down, the last block and the rest read. None where the chunk has no such stretch.
+
+    A rule reads a line's digits only as digits (a clock, a count), so the same line with other digits
+    matches the same rules; the last block is read all the same (a file's last run is its diagnosis)."""
+    middle = len(chunk) // 2
+    sample = (middle, middle + _GATE_BYTES)
+    if chunk.count(b"rror", *sample) + chunk.count(b'File "', *sample) < _MIN_ERROR_MARKS:
+        return None  # a serving log, not a crash loop: not worth the search
+    found = _period(chunk.translate(_ONE_DIGIT).split(b"\n"))
+    if found is None:
+        return None
+    first, size, blocks = found
+    blocks -= 1  # the last block is read
+    if blocks < 3:
+        return None
+    lines = chunk.split(b"\n")
+    offsets = [0]  # where lines first, first + size, ... start in the chunk
+    position = sum(map(len, lines[:first])) + first
+    for block in range(blocks + 1):
+        offsets.append(position)
+        start = first + block * size
+        position += sum(map(len, lines[start : start + size])) + size
+    columns.read(scanner, chunk, 0, offsets[2], 0)
+    block_hits = [i for i, line in enumerate(columns.lines) if line >= first]
+    if not block_hits or any(columns.context.get(i, (b"",))[0] for i in block_hits):
+        return None  # a dump or command read on into the lines after it: read those blocks too
+    first_hit = len(columns.lines)
+    count = len(block_hits) * (blocks - 1)
+    relative = [columns.lines[i] + size for i in block_hits]
+    for block in range(blocks - 1):
+        columns.lines.extend(array("q", [line + block * size for line in relative]))
+    columns.contents.extend(array("q", [columns.contents[i] for i in block_hits]) * (blocks - 1))
+    columns.ends.extend(array("q", [columns.text_length]) * count)
+    columns.rules.extend(array("l", [columns.rules[i] for i in block_hits]) * (blocks - 1))
+    previous = bytes(1 if i in columns.context else 0 for i in block_hits)
+    # the repeated blocks' text, from the line before them (a bare traceback's `previous`)
+    text_start = chunk.rfind(b"\n", 0, offsets[2] - 1) + 1
+    repeats = Repeats(first_hit, count, first + size - 1, chunk[text_start : offsets[-1]], previous)
+    columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size)
+    return repeats, (first_hit - len(block_hits), len(block_hits), blocks)
 
 
 # ---------------------------------------------------------------- segments of a big plain file, in parallel
