@@ -62,6 +62,7 @@ EXTRACTORS: tuple[type[Extractor], ...] = (
     Failures,
 )
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
+_WANTS = {cls: frozenset(cls.RULES) | cls.READS for cls in EXTRACTORS}  # the rules each extractor reads
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 TAIL_BYTES = 6000
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
@@ -148,7 +149,7 @@ class Scan:
         failures = made[Failures]
         assert isinstance(failures, Failures)
         self.failures = failures  # it closes the tracebacks still open at the end
-        self.extractors = [(e, frozenset(e.RULES) | e.READS) for e in made.values()]
+        self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
         for chunk in iter_chunks(source):

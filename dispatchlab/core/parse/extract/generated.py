@@ -52,6 +52,7 @@ _REQUEST_MARK = lazy_compile(
 )
 # up to 32 characters: a chat template's special token (`<｜begin▁of▁sentence｜>`) is 22
 _REPEAT = lazy_compile(r"(\S{2,32}?)\1{10,}")
+_LONG_RUN = lazy_compile(r"\S{22,}")
 # control characters no printed text holds (tab, newline and the like aside)
 _CONTROL = lazy_compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 # one word with letters, eight times back to back: the loop a collapsed decoder falls into
@@ -225,9 +226,13 @@ class Generated:
             return False
         if _CONTROL.search(line.msg):
             return False  # binary bytes (a core dump in the log), not text: the repeat search crawls on them
+        msg = line.msg
         return any(
             len(set(unit)) > 1 and any(ch.isalpha() for ch in unit)
-            for unit in (m.group(1) for m in _REPEAT.finditer(line.msg))
+            for run in _LONG_RUN.finditer(
+                msg
+            )  # eleven copies of a unit of two or more: 22 characters at least
+            for unit in (m.group(1) for m in _REPEAT.finditer(msg, run.start(), run.end()))
         )
 
     def _looping_line(self, line: Line, hits: Hits) -> bool:
