@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import traceback
+import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -62,14 +63,26 @@ class Repeats:
     first_hit: int  # the first such hit's number in the chunk's columns
     count: int
     first_line: int  # the chunk line that `text` starts with (the line before the first repeated block)
-    text: bytes  # the lines the hits are read from, when the parse needs them
+    packed: bytes  # the lines the hits are read from, compressed (a crash loop's shrink 30 times)
     previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
-    lines: list[bytes] | None = None  # `text` split, on first use (in the parsing process only)
+    cursor: tuple[int, int] = (-1, 0)  # (line, offset) of the last line looked up: the next is near it
+    text: bytes | None = None  # `packed` unpacked, in the parsing process, on first use
 
     def line(self, number: int) -> bytes:
-        if self.lines is None:
-            self.lines = self.text.split(b"\n")
-        return self.lines[number - self.first_line]
+        """Line `number` of the chunk, found from the last one looked up (no list of a chunk's lines)."""
+        if self.text is None:
+            self.text = zlib.decompress(self.packed)
+        text = self.text
+        line, offset = self.cursor if self.cursor[0] >= 0 else (self.first_line, 0)
+        while line < number:
+            offset = text.find(b"\n", offset) + 1
+            line += 1
+        while line > number:
+            offset = text.rfind(b"\n", 0, offset - 1) + 1
+            line -= 1
+        self.cursor = (line, offset)
+        end = text.find(b"\n", offset)
+        return text[offset : len(text) if end < 0 else end]
 
 
 @dataclass
@@ -356,14 +369,14 @@ def _repeated_blocks(
     sample = (middle, middle + _GATE_BYTES)
     if chunk.count(b"rror", *sample) + chunk.count(b'File "', *sample) < _MIN_ERROR_MARKS:
         return None  # a serving log, not a crash loop: not worth the search
-    found = _period(chunk.translate(_ONE_DIGIT).split(b"\n"))
+    lines = chunk.translate(_ONE_DIGIT).split(b"\n")  # its lines are as long as the chunk's
+    found = _period(lines)
     if found is None:
         return None
     first, size, blocks = found
     blocks -= 1  # the last block is read
     if blocks < 3:
         return None
-    lines = chunk.split(b"\n")
     offsets = [0]  # where lines first, first + size, ... start in the chunk
     position = sum(map(len, lines[:first])) + first
     for block in range(blocks + 1):
@@ -385,7 +398,8 @@ def _repeated_blocks(
     previous = bytes(1 if i in columns.context else 0 for i in block_hits)
     # the repeated blocks' text, from the line before them (a bare traceback's `previous`)
     text_start = chunk.rfind(b"\n", 0, offsets[2] - 1) + 1
-    repeats = Repeats(first_hit, count, first + size - 1, chunk[text_start : offsets[-1]], previous)
+    packed = zlib.compress(chunk[text_start : offsets[-1]], 1)
+    repeats = Repeats(first_hit, count, first + size - 1, packed, previous)
     columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size)
     return repeats, (first_hit - len(block_hits), len(block_hits), blocks)
 
@@ -489,7 +503,7 @@ def _keep_freed_memory() -> None:
 
 
 _SEGMENT_END = b""
-_QUEUED_SCANS = 6  # per worker: how far it may run ahead of the parse reading its results
+_QUEUED_SCANS = 3  # per worker: how far it may run ahead of the parse reading its results
 
 
 def _send(out: BinaryIO, payload: bytes) -> None:
