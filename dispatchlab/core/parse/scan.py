@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
 from dispatchlab.core.parse.chunkscan import (
+    WORKER_CHUNK_BYTES,
     ChunkScan,
     Hit,
     parallel_workers,
@@ -153,18 +154,19 @@ class Scan:
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
         for chunk in iter_chunks(source):
-            scan = scan_chunk(
-                self.rules.scanner,
-                chunk,
-                self.stride,
-                self.next_sample,
-                checkpoints=bool(self.index),
-            )
-            self.next_sample = scan.next_sample
-            if self.index is not None:
-                self.index.add_text(chunk)
-            self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
-            yield scan
+            for piece in _pieces(chunk, WORKER_CHUNK_BYTES):  # scanned as the workers scan: memory stays flat
+                scan = scan_chunk(
+                    self.rules.scanner,
+                    piece,
+                    self.stride,
+                    self.next_sample,
+                    checkpoints=bool(self.index),
+                )
+                self.next_sample = scan.next_sample
+                if self.index is not None:
+                    self.index.add_text(piece)
+                self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:])[-TAIL_BYTES:]
+                yield scan
 
     def feed(self, scan: ChunkScan) -> None:
         obs = self.obs
@@ -486,6 +488,19 @@ def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
                 run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
             )
     return run.chunks(source)
+
+
+def _pieces(chunk: bytes, size: int) -> Iterator[bytes]:
+    """Line-aligned pieces of about `size` bytes (a line longer than that is one piece)."""
+    start = 0
+    while len(chunk) - start > size:
+        cut = chunk.rfind(b"\n", start, start + size) + 1
+        if cut <= start:
+            cut = chunk.find(b"\n", start + size) + 1 or len(chunk)
+        yield chunk[start:cut]
+        start = cut
+    if start < len(chunk):
+        yield chunk[start:] if start else chunk
 
 
 def _file_tail(path: Path, size: int) -> bytes:
