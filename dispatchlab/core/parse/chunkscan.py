@@ -9,7 +9,6 @@ import itertools
 import os
 import pickle
 import queue
-import re
 import signal
 import sys
 import threading
@@ -27,8 +26,16 @@ from dispatchlab.core.reading import MAX_LINE_BYTES, MAX_PARSED_LINE_BYTES, norm
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
-# what makes a line one whose dump or command may continue on the next lines
-_CONTINUED = re.compile(rb"ServerArgs\(|server_args=\{|launch_server|sglang serve|vllm serve|api_server")
+# what makes a line one whose dump or command may continue on the next lines (substring tests: a regex
+# alternation crawled through a megabyte line)
+CONTINUED = (
+    b"ServerArgs(",
+    b"server_args={",
+    b"launch_server",
+    b"sglang serve",
+    b"vllm serve",
+    b"api_server",
+)
 _DIGITS = b"0123456789"
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
@@ -155,7 +162,7 @@ def _continues(raw: bytes) -> bool:
     extractors read on into the following lines (a crash loop's complete dumps need none sent)."""
     if raw.endswith(b"\\") or (raw[-1:].isspace() and raw.rstrip().endswith(b"\\")):
         return True
-    if _CONTINUED.search(raw) is None:
+    if not any(mark in raw for mark in CONTINUED):
         return False
     count = raw.count
     return count(b"(") + count(b"[") + count(b"{") > count(b")") + count(b"]") + count(b"}")
