@@ -162,7 +162,7 @@ def _continues(raw: bytes) -> bool:
     extractors read on into the following lines (a crash loop's complete dumps need none sent)."""
     if raw.endswith(b"\\") or (raw[-1:].isspace() and raw.rstrip().endswith(b"\\")):
         return True
-    if not any(mark in raw for mark in CONTINUED):
+    if b"erv" not in raw or not any(mark in raw for mark in CONTINUED):  # each mark has "erv"
         return False
     count = raw.count
     return count(b"(") + count(b"[") + count(b"{") > count(b")") + count(b"]") + count(b"}")

@@ -84,6 +84,13 @@ _REQUEST_LOGGER = lazy_compile(
     r"\b(?:serving_chat|serving_completion|serving_engine|serving_responses|serving_embedding|serving_tokenization|"
     r"serving_transcription|chat_utils)\.py:\d+\]"
 )
+
+
+def _request_logged(raw: str) -> bool:
+    """The line is the request layer's own log line (its `file.py:N]` prefix): a request failed."""
+    return ".py:" in raw and _REQUEST_LOGGER.search(raw) is not None
+
+
 _REQUEST_FRAME = lazy_compile(
     r"^(?:create_chat_completion|create_completion|_preprocess_chat|_preprocess_completion|generate_request|"
     r"handle_generate_request|v1_chat_completions|v1_completions|openai_v1_\w+|_handle_batch_request|"
@@ -328,7 +335,7 @@ class Failures:
             self.open.pop(key)
         elif current is not None:
             self._close(key)
-        request = bool(_REQUEST_LOGGER.search(line.raw))
+        request = _request_logged(line.raw)
         self.open[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next.pop(key, False), request=request)
 
     def _frame(self, line: Line, key: str | None, g: re.Match[str]) -> None:
@@ -339,7 +346,7 @@ class Failures:
             current = self.open[key] = _OpenTraceback(
                 Traceback(line=line.number, rank=line.rank or key, exception="", message="")
             )
-        current.request = current.request or bool(_REQUEST_LOGGER.search(line.raw))
+        current.request = current.request or _request_logged(line.raw)
         if len(current.tb.frames) < MAX_FRAMES:
             current.tb.frames.append(Frame(g.group("file"), int(g.group("line")), g.group("func")))
 
@@ -349,10 +356,10 @@ class Failures:
         if current is None:
             tb = Traceback(line=line.number, rank=line.rank or key, exception=exc, message=text[:MAX_MESSAGE])
             tb.end_line = line.number
-            request = bool(_REQUEST_LOGGER.search(line.raw) or _REQUEST_TEXT.search(text))
+            request = _request_logged(line.raw) or bool(_REQUEST_TEXT.search(text))
             self.open[key] = _OpenTraceback(tb, finished=True, request=request)
         elif not current.finished:
-            current.request = current.request or bool(_REQUEST_LOGGER.search(line.raw))
+            current.request = current.request or _request_logged(line.raw)
             current.tb.exception = exc
             current.tb.message = text[:MAX_MESSAGE]
             current.tb.end_line = line.number
@@ -419,7 +426,7 @@ class Failures:
                 return None
         if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
             return None
-        if "request_error" in hits or (kind in ("error", "exception") and _REQUEST_LOGGER.search(line.raw)):
+        if "request_error" in hits or (kind in ("error", "exception") and _request_logged(line.raw)):
             return "request_error"
         return kind
 

@@ -62,8 +62,6 @@ def _rule(server: str, weight: int) -> str:
 # one rule per marker: the scan confirms only the markers its prefilter saw, so a traceback's frame lines (all
 # of them under sglang/) cost one short search, not four long ones
 _MARKER_RULES = tuple((_rule(server, weight), server, weight) for server, weight, _pattern in MARKERS)
-# what a line that gives a version has (the regex needs no search where none of these is)
-_VERSION_HINTS = ("ersion", "ERSION", "==", " v", " V")
 
 
 class ServerMentions:
@@ -89,7 +87,7 @@ class ServerMentions:
         else:
             return False
         msg = line.msg
-        if any(hint in msg for hint in _VERSION_HINTS):
+        if "ersion" in msg or "ERSION" in msg or "==" in msg or " v" in msg or " V" in msg:
             version = _VERSION.search(msg)
             if version is not None:
                 self.obs.version(version.group("server").lower(), version.group("version"))
