@@ -212,13 +212,24 @@ class _Columns:
         self.context: dict[int, tuple[bytes, bytes]] = {}
         self.text_length = 0
 
-    def read(self, scanner: Scanner, chunk: bytes, start: int, end: int, line_base: int) -> None:
-        """The hits of chunk[start:end] (whole lines, the first being line `line_base`), line by line."""
+    def read(
+        self,
+        scanner: Scanner,
+        chunk: bytes,
+        start: int,
+        end: int,
+        line_base: int,
+        others: _Others | None = None,
+    ) -> None:
+        """The hits of chunk[start:end] (whole lines, the first being line `line_base`), line by line; with
+        `others` (the whole chunk), its statistics lines and checkpoints are placed in the same walk."""
         starts, line_rules = scanner.lines(chunk[start:end] if start or end < len(chunk) else chunk)
         count, find = chunk.count, chunk.find
         index, cursor = line_base, start
         for relative, rules in zip(starts, line_rules, strict=True):
             offset = start + relative
+            if others is not None and others.next_at <= offset:
+                index, cursor = others.place(chunk, index, cursor, offset)
             index += count(b"\n", cursor, offset)
             cursor = offset
             line_end = find(b"\n", offset)
@@ -242,6 +253,9 @@ class _Columns:
             self.ends.append(self.text_length)
             self.rules.append(rule_set)
             self.raws.append(raw)
+        if others is not None:
+            index, cursor = others.place(chunk, index, cursor, len(chunk) + 1)
+            others.lines = index + count(b"\n", cursor)
 
     def keys(self, repeated: tuple[int, int, int] | None) -> array[int]:
         """Each hit's key: its content and its distance from the hit before (the chunk's first: 0, the parse
@@ -264,22 +278,30 @@ class _Columns:
         return keys
 
 
-def _others(
-    chunk: bytes, sample_starts: list[int], checkpoints: list[int]
-) -> tuple[list[tuple[int, bytes]], list[tuple[int, int]]]:
-    """The sampled statistics lines (line index, line) and the line index's checkpoints (line index, offset)."""
-    samples: list[tuple[int, bytes]] = []
-    marks: list[tuple[int, int]] = []
-    others = sorted([(o, 1) for o in sample_starts] + [(o, 2) for o in checkpoints])
-    index = cursor = 0
-    for offset, kind in others:
-        index += chunk.count(b"\n", cursor, offset)
-        cursor = offset
-        if kind == 2:
-            marks.append((index, offset))
-        else:
-            samples.append((index, _line_at(chunk, offset)))
-    return samples, marks
+class _Others:
+    """The sampled statistics lines and the line index's checkpoints of a chunk, given their line index as
+    the walk over the hits passes them."""
+
+    def __init__(self, chunk: bytes, sample_starts: list[int], checkpoints: list[int]) -> None:
+        self.pending = sorted([(o, 1) for o in sample_starts] + [(o, 2) for o in checkpoints], reverse=True)
+        self.next_at = self.pending[-1][0] if self.pending else len(chunk) + 1
+        self.samples: list[tuple[int, bytes]] = []  # (line index, line)
+        self.marks: list[tuple[int, int]] = []  # (line index, offset)
+        self.lines = 0
+
+    def place(self, chunk: bytes, index: int, cursor: int, before: int) -> tuple[int, int]:
+        """Places those at offsets up to `before`, counting on from line `index` at `cursor`."""
+        pending = self.pending
+        while pending and pending[-1][0] <= before:
+            offset, kind = pending.pop()
+            index += chunk.count(b"\n", cursor, offset)
+            cursor = offset
+            if kind == 2:
+                self.marks.append((index, offset))
+            else:
+                self.samples.append((index, _line_at(chunk, offset)))
+        self.next_at = pending[-1][0] if pending else len(chunk) + 1
+        return index, cursor
 
 
 def _period(lines: list[bytes]) -> tuple[int, int, int] | None:
@@ -329,8 +351,7 @@ def scan_chunk(
     checkpoints: bool = False,
 ) -> ChunkScan:
     sample_starts, next_sample, metric_lines = _samples(chunk, stride, next_sample)
-    samples, marks = _others(chunk, sample_starts, chunk_checkpoints(chunk) if checkpoints else [])
-    lines = chunk.count(b"\n")
+    others = _Others(chunk, sample_starts, chunk_checkpoints(chunk) if checkpoints else [])
     columns = _Columns()
     repeats: Repeats | None = None
     repeated: tuple[int, int, int] | None = None
@@ -341,12 +362,14 @@ def scan_chunk(
     )
     if found is None:
         columns = _Columns()
-        columns.read(scanner, chunk, 0, len(chunk), 0)
+        columns.read(scanner, chunk, 0, len(chunk), 0, others)
     else:
         repeats, repeated = found
+        others.place(chunk, 0, 0, len(chunk) + 1)
+        others.lines = chunk.count(b"\n")
     return ChunkScan(
         len(chunk),
-        lines,
+        others.lines,
         columns.lines,
         columns.keys(repeated),
         columns.ends,
@@ -355,10 +378,10 @@ def scan_chunk(
         list(columns.rule_sets),
         columns.context,
         columns.contents[0] if columns.contents else 0,
-        samples,
+        others.samples,
         metric_lines,
         next_sample,
-        marks,
+        others.marks,
         repeats,
     )
 
