@@ -4,6 +4,7 @@ in worker processes over line-aligned segments (one per core), so gigabyte logs 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -655,4 +656,117 @@ def scan_file_in_parallel(
         for pump in pumps:
             pump.join()
         for _pid, reader in children:
+            reader.close()
+
+
+# ---------------------------------------------------------------- pieces of a stream (a .gz), in parallel
+_PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
+
+
+def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: BinaryIO) -> None:
+    _keep_freed_memory()
+    while (header := _read_exactly(pieces, 8)) is not None:
+        size = int.from_bytes(header, "little")
+        if size <= 8:
+            return
+        message = _read_exactly(pieces, size)
+        if message is None:
+            return
+        stride, piece = int.from_bytes(message[:8], "little"), message[8:]
+        scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints)
+        _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+        out.flush()
+
+
+def _fork_piece_worker(scanner: Scanner, checkpoints: bool) -> tuple[int, BinaryIO, BinaryIO]:
+    to_child, from_parent = os.pipe()
+    to_parent, from_child = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(from_parent)
+        os.close(to_parent)
+        _die_with_parent(parent)
+        code = 0
+        try:
+            with os.fdopen(to_child, "rb") as pieces, os.fdopen(from_child, "wb") as out:
+                _piece_worker(scanner, checkpoints, pieces, out)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(to_child)
+    os.close(from_child)
+    return pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
+
+
+def _feed_pieces(into: BinaryIO, pieces: queue.Queue[bytes | None], stop: threading.Event) -> None:
+    """Writes the pieces handed to one worker into its pipe (a thread: the parse reads results meanwhile)."""
+    with contextlib.suppress(OSError):
+        while not stop.is_set():
+            try:
+                piece = pieces.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            _send(into, piece or b"")
+            into.flush()
+            if piece is None:
+                return
+
+
+def scan_pieces_in_parallel(
+    scanner: Scanner,
+    pieces: Iterator[bytes],
+    stride: Callable[[], int],
+    workers: int,
+    *,
+    checkpoints: bool = False,
+) -> Iterator[tuple[bytes, ChunkScan]]:
+    """(piece, its scan) in order, the pieces (line-aligned, of a decompressed stream) scanned by `workers`
+    forked processes: the parse decompresses and reads the results, the workers scan. Each piece starts its
+    statistics sampling afresh, as each segment of a plain file does, at the parse's stride of the moment
+    (a compressed log's size says little of its lines: the parse widens the stride as points pile up)."""
+    children = [_fork_piece_worker(scanner, checkpoints) for _ in range(workers)]
+    stop = threading.Event()
+    outgoing: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD) for _ in children]
+    results: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD + 1) for _ in children]
+    threads = [
+        threading.Thread(target=_feed_pieces, args=(child[1], send, stop), daemon=True)
+        for child, send in zip(children, outgoing, strict=True)
+    ] + [
+        threading.Thread(target=_pump, args=(child[2], into, stop), daemon=True)
+        for child, into in zip(children, results, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    in_flight: collections.deque[tuple[int, bytes]] = collections.deque()
+
+    def finished() -> tuple[bytes, ChunkScan]:
+        worker, piece = in_flight.popleft()
+        message = results[worker].get()
+        if not message:
+            raise RuntimeError("a scan worker stopped before finishing its piece")
+        return piece, pickle.loads(message)
+
+    try:
+        for number, piece in enumerate(pieces):
+            worker = number % workers
+            outgoing[worker].put(stride().to_bytes(8, "little") + piece)
+            in_flight.append((worker, piece))
+            while len(in_flight) > workers * _PIECES_AHEAD:
+                yield finished()
+        while in_flight:
+            yield finished()
+    finally:
+        stop.set()
+        for pid, _writer, _reader in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for thread in threads:
+            thread.join()
+        for _pid, writer, reader in children:
+            with contextlib.suppress(OSError):
+                writer.close()
             reader.close()

@@ -24,6 +24,7 @@ from dispatchlab.core.parse.chunkscan import (
     parallel_workers,
     scan_chunk,
     scan_file_in_parallel,
+    scan_pieces_in_parallel,
 )
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
@@ -65,6 +66,8 @@ EXTRACTORS: tuple[type[Extractor], ...] = (
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
 _WANTS = {cls: frozenset(cls.RULES) | cls.READS for cls in EXTRACTORS}  # the rules each extractor reads
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+PARALLEL_MIN_COMPRESSED_BYTES = 1024 * 1024  # about ten times that once decompressed
+_EXPANSION = 8  # what a log's gzip usually shrinks it by
 TAIL_BYTES = 6000
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 # What a server prints once per start, read from SGLang's and vLLM's own startup logging: SGLang's args dump,
@@ -167,6 +170,18 @@ class Scan:
                     self.index.add_text(piece)
                 self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:])[-TAIL_BYTES:]
                 yield scan
+
+    def chunks_in_parallel(self, source: Source, workers: int) -> Iterator[ChunkScan]:
+        """A compressed log: decompressed here, its pieces scanned by forked workers."""
+        pieces = (piece for chunk in iter_chunks(source) for piece in _pieces(chunk, WORKER_CHUNK_BYTES))
+        scans = scan_pieces_in_parallel(
+            self.rules.scanner, pieces, lambda: self.stride, workers, checkpoints=bool(self.index)
+        )
+        for piece, scan in scans:
+            if self.index is not None:
+                self.index.add_text(piece)
+            self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:])[-TAIL_BYTES:]
+            yield scan
 
     def feed(self, scan: ChunkScan) -> None:
         obs = self.obs
@@ -477,7 +492,8 @@ class Scan:
 
 
 def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
-    """A big plain file is scanned by forked workers, segment by segment; anything else here, chunk by chunk."""
+    """A big plain file is scanned by forked workers, segment by segment; a big compressed one by forked
+    workers, piece by piece as it is decompressed here; anything else here, chunk by chunk."""
     path, size = source.path, source.stored_bytes or 0
     if path is not None and size >= PARALLEL_MIN_BYTES:
         workers = parallel_workers()
@@ -487,6 +503,10 @@ def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
             return scan_file_in_parallel(
                 run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
             )
+    if source.compressed and size >= PARALLEL_MIN_COMPRESSED_BYTES:
+        workers = parallel_workers()
+        if workers > 1:
+            return run.chunks_in_parallel(source, workers)
     return run.chunks(source)
 
 
@@ -519,7 +539,11 @@ def scan_sources(
     total: int | None = sum(s.stored_bytes or 0 for s in sources) or None
     if total and any(s.stored_bytes is None for s in sources):
         total = None
-    run = Scan(rules, max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index)
+    # the statistics lines are sampled over the text: a compressed log's is some times its stored size
+    expected = sum((s.stored_bytes or 0) * (_EXPANSION if s.compressed else 1) for s in sources)
+    run = Scan(
+        rules, max(1, (expected if total else 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index
+    )
     done = 0
     for source in sources:
         first = run.obs.line_count + 1
