@@ -327,16 +327,16 @@ def open_sources(paths: Sequence[str | Path]) -> list[Source]:
     return sources
 
 
-def iter_chunks(source: Source) -> Iterator[bytes]:
-    """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed. Every chunk ends
-    with a newline."""
+def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Line-aligned chunks of a source (reads of `chunk_bytes`): CRLF normalised, ANSI colour codes
+    removed. Every chunk ends with a newline."""
     budget = _current_budget() if source.compressed else None
     with source.opener() as stream:
         carry = b""
         overlong = False
         while True:
             try:
-                block = stream.read(CHUNK_BYTES)
+                block = stream.read(chunk_bytes)
             except OSError as error:
                 raise LogReadError(f"{source.name}: read failed ({error})") from None
             if not block:

@@ -665,14 +665,11 @@ _PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
 
 def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: BinaryIO) -> None:
     _keep_freed_memory()
-    while (header := _read_exactly(pieces, 8)) is not None:
-        size = int.from_bytes(header, "little")
-        if size <= 8:
+    while (header := _read_exactly(pieces, 16)) is not None:
+        size, stride = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:], "little")
+        piece = _read_exactly(pieces, size) if size else None
+        if piece is None:
             return
-        message = _read_exactly(pieces, size)
-        if message is None:
-            return
-        stride, piece = int.from_bytes(message[:8], "little"), message[8:]
         scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints)
         _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
         out.flush()
@@ -700,35 +697,35 @@ def _fork_piece_worker(scanner: Scanner, checkpoints: bool) -> tuple[int, Binary
     return pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
 
 
-def _feed_pieces(into: BinaryIO, pieces: queue.Queue[bytes | None], stop: threading.Event) -> None:
-    """Writes the pieces handed to one worker into its pipe (a thread: the parse reads results meanwhile)."""
+def _feed_pieces(into: BinaryIO, pieces: queue.Queue[tuple[int, memoryview]], stop: threading.Event) -> None:
+    """Writes the pieces handed to one worker into its pipe, each after its size and the stride to sample it
+    at (a thread: the parse reads results meanwhile)."""
     with contextlib.suppress(OSError):
         while not stop.is_set():
             try:
-                piece = pieces.get(timeout=0.1)
+                stride, piece = pieces.get(timeout=0.1)
             except queue.Empty:
                 continue
-            _send(into, piece or b"")
+            into.write(len(piece).to_bytes(8, "little") + stride.to_bytes(8, "little"))
+            into.write(piece)
             into.flush()
-            if piece is None:
-                return
 
 
 def scan_pieces_in_parallel(
     scanner: Scanner,
-    pieces: Iterator[bytes],
+    pieces: Iterator[memoryview],
     stride: Callable[[], int],
     workers: int,
     *,
     checkpoints: bool = False,
-) -> Iterator[tuple[bytes, ChunkScan]]:
+) -> Iterator[tuple[memoryview, ChunkScan]]:
     """(piece, its scan) in order, the pieces (line-aligned, of a decompressed stream) scanned by `workers`
     forked processes: the parse decompresses and reads the results, the workers scan. Each piece starts its
     statistics sampling afresh, as each segment of a plain file does, at the parse's stride of the moment
     (a compressed log's size says little of its lines: the parse widens the stride as points pile up)."""
     children = [_fork_piece_worker(scanner, checkpoints) for _ in range(workers)]
     stop = threading.Event()
-    outgoing: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD) for _ in children]
+    outgoing: list[queue.Queue[tuple[int, memoryview]]] = [queue.Queue(1) for _ in children]
     results: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD + 1) for _ in children]
     threads = [
         threading.Thread(target=_feed_pieces, args=(child[1], send, stop), daemon=True)
@@ -739,9 +736,9 @@ def scan_pieces_in_parallel(
     ]
     for thread in threads:
         thread.start()
-    in_flight: collections.deque[tuple[int, bytes]] = collections.deque()
+    in_flight: collections.deque[tuple[int, memoryview]] = collections.deque()
 
-    def finished() -> tuple[bytes, ChunkScan]:
+    def finished() -> tuple[memoryview, ChunkScan]:
         worker, piece = in_flight.popleft()
         message = results[worker].get()
         if not message:
@@ -751,7 +748,7 @@ def scan_pieces_in_parallel(
     try:
         for number, piece in enumerate(pieces):
             worker = number % workers
-            outgoing[worker].put(stride().to_bytes(8, "little") + piece)
+            outgoing[worker].put((stride(), piece))
             in_flight.append((worker, piece))
             while len(in_flight) > workers * _PIECES_AHEAD:
                 yield finished()

@@ -156,31 +156,31 @@ class Scan:
         self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
-        for chunk in iter_chunks(source):
-            for piece in _pieces(chunk, WORKER_CHUNK_BYTES):  # scanned as the workers scan: memory stays flat
-                scan = scan_chunk(
-                    self.rules.scanner,
-                    piece,
-                    self.stride,
-                    self.next_sample,
-                    checkpoints=bool(self.index),
-                )
-                self.next_sample = scan.next_sample
-                if self.index is not None:
-                    self.index.add_text(piece)
-                self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:])[-TAIL_BYTES:]
-                yield scan
+        for chunk in iter_chunks(source, WORKER_CHUNK_BYTES):  # read as the workers read: memory stays flat
+            scan = scan_chunk(
+                self.rules.scanner,
+                chunk,
+                self.stride,
+                self.next_sample,
+                checkpoints=bool(self.index),
+            )
+            self.next_sample = scan.next_sample
+            if self.index is not None:
+                self.index.add_text(chunk)
+            self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+            yield scan
 
     def chunks_in_parallel(self, source: Source, workers: int) -> Iterator[ChunkScan]:
         """A compressed log: decompressed here, its pieces scanned by forked workers."""
-        pieces = (piece for chunk in iter_chunks(source) for piece in _pieces(chunk, WORKER_CHUNK_BYTES))
+        # read in pieces the workers' size: a few of them in memory at once
+        pieces = (memoryview(piece) for piece in iter_chunks(source, WORKER_CHUNK_BYTES))
         scans = scan_pieces_in_parallel(
             self.rules.scanner, pieces, lambda: self.stride, workers, checkpoints=bool(self.index)
         )
         for piece, scan in scans:
             if self.index is not None:
-                self.index.add_text(piece)
-            self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:])[-TAIL_BYTES:]
+                self.index.add_text(piece.tobytes())
+            self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:].tobytes())[-TAIL_BYTES:]
             yield scan
 
     def feed(self, scan: ChunkScan) -> None:
@@ -508,19 +508,6 @@ def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
         if workers > 1:
             return run.chunks_in_parallel(source, workers)
     return run.chunks(source)
-
-
-def _pieces(chunk: bytes, size: int) -> Iterator[bytes]:
-    """Line-aligned pieces of about `size` bytes (a line longer than that is one piece)."""
-    start = 0
-    while len(chunk) - start > size:
-        cut = chunk.rfind(b"\n", start, start + size) + 1
-        if cut <= start:
-            cut = chunk.find(b"\n", start + size) + 1 or len(chunk)
-        yield chunk[start:cut]
-        start = cut
-    if start < len(chunk):
-        yield chunk[start:] if start else chunk
 
 
 def _file_tail(path: Path, size: int) -> bytes:
