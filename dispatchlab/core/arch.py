@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 
+from dispatchlab.core.lazyre import lazy_compile
+
 # First match wins; names are tested with "_" replaced by " ".
 _GPU_NAME_TABLE: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(p, re.I), arch)
+    (lazy_compile(p, re.I), arch)
     for p, arch in [
         (r"\bGB10\b|DGX Spark", "sm_121"),
         (
@@ -31,7 +33,7 @@ _GPU_NAME_TABLE: list[tuple[re.Pattern[str], str]] = [
     ]
 ]
 
-ROCM_NAME = re.compile(r"\bMI\d{3}|Instinct|Radeon|gfx\d", re.I)
+ROCM_NAME = lazy_compile(r"\bMI\d{3}|Instinct|Radeon|gfx\d", re.I)
 
 
 def arch_from_gpu_name(name: str | None) -> str | None:
@@ -63,10 +65,10 @@ def normalise_arch(token: str) -> str | None:
 
 
 # AMD names its archs by gfx target (gfx90a MI250, gfx942 MI300, gfx950 MI355, gfx1100 RX 7900, gfx1201 R9700)
-AMD_ARCH = re.compile(r"\bgfx(?:9\d[0-9a-f]|1[0-2]\d[0-9a-f])\b")
+AMD_ARCH = lazy_compile(r"\bgfx(?:9\d[0-9a-f]|1[0-2]\d[0-9a-f])\b")
 # where a gfx target is the running device's: rocminfo, torch's gcnArchName, a HIP code object built for
 # it, a compile for it, the ROCm arch the build was told to target
-_AMD_DEVICE = re.compile(
+_AMD_DEVICE = lazy_compile(
     r"Name:\s*gfx|gcnArchName|amdhsa--gfx|compil\w* for gfx|ROCM_ARCH\W{0,4}gfx|[Dd]etected\b[^\n]{0,40}gfx|"
     r"(?:device|GPU|arch(?:itecture)?)\W{0,4}gfx|on gfx|for gfx"
 )
@@ -90,18 +92,21 @@ def capability_of(arch: str | None) -> str | None:
 
 # Statements about the device itself (strong) vs arch strings that may name a kernel's target (weak).
 DEVICE_STATEMENTS = [
-    re.compile(r"[Cc]urrent device has SM ?(?P<n>\d{2,3})"),
-    re.compile(r"with CUDA capability (?P<tok>sm_\d{2,3})"),
-    re.compile(r"(?:compute capability|CUDA capability|Compute Capability)[ :=]+(?P<cc>\d{1,2}\.\d)\b"),
-    re.compile(r"capability \((?P<maj>\d{1,2}), (?P<min>\d)\)"),
-    re.compile(r"(?:not runnable|no kernels runnable) on (?P<tok>sm\d{2,3})"),
-    re.compile(r"\bgot SM ?(?P<n>\d{2,3})\b"),
-    re.compile(r"(?:on|for) this GPU \((?P<tok>SM\d{2,3})\)"),
-    re.compile(r"detected (?:GPU )?(?:arch(?:itecture)? )?(?P<tok>sm_\d{2,3})", re.I),
+    lazy_compile(r"[Cc]urrent device has SM ?(?P<n>\d{2,3})"),
+    lazy_compile(r"with CUDA capability (?P<tok>sm_\d{2,3})"),
+    lazy_compile(r"(?:compute capability|CUDA capability|Compute Capability)[ :=]+(?P<cc>\d{1,2}\.\d)\b"),
+    lazy_compile(r"capability \((?P<maj>\d{1,2}), (?P<min>\d)\)"),
+    lazy_compile(r"(?:not runnable|no kernels runnable) on (?P<tok>sm\d{2,3})"),
+    lazy_compile(r"\bgot SM ?(?P<n>\d{2,3})\b"),
+    lazy_compile(r"(?:on|for) this GPU \((?P<tok>SM\d{2,3})\)"),
+    lazy_compile(r"detected (?:GPU )?(?:arch(?:itecture)? )?(?P<tok>sm_\d{2,3})", re.I),
 ]
-WEAK_ARCH = re.compile(
+WEAK_ARCH = lazy_compile(
     r"\b(?:sm_?1[0-2]\d[af]?|sm_?[5-9]\d[af]?)\b|Sm1[0-2]\d[af]?Kernel|/1[0-2]\d[af]/", re.I
 )
+
+# what every WEAK_ARCH match holds: "sm" in any case, "Sm...Kernel", or a "/1xx/" path part
+_WEAK_ARCH_MARKS = ("sm", "SM", "Sm", "sM", "/1")
 
 
 def arch_from_statement(msg: str) -> str | None:
@@ -123,6 +128,8 @@ def arch_from_statement(msg: str) -> str | None:
 
 
 def weak_arch_hint(msg: str) -> str | None:
+    if not any(mark in msg for mark in _WEAK_ARCH_MARKS):
+        return None
     m = WEAK_ARCH.search(msg)
     if not m:
         return None
@@ -136,21 +143,21 @@ def weak_arch_hint(msg: str) -> str | None:
 # names a list of targets, and a cache directory of several archs, `75_80_89_90`, names none).
 _JIT_TARGETS = [
     # Triton's ptxas call and its refusal: `--gpu-name=sm_120a`, `Value 'sm_121a' is not defined for option 'gpu-name'`
-    re.compile(r"--gpu-name[= ](?P<tok>sm_\d{2,3}[afk]?)\b"),
-    re.compile(r"Value '(?P<tok>sm_\d{2,3}[afk]?)' is not defined for option 'gpu-name'"),
+    lazy_compile(r"--gpu-name[= ](?P<tok>sm_\d{2,3}[afk]?)\b"),
+    lazy_compile(r"Value '(?P<tok>sm_\d{2,3}[afk]?)' is not defined for option 'gpu-name'"),
     # FlashInfer's JIT workspace: ~/.cache/flashinfer/[<version>/]<archs>/{cached_ops,generated}
-    re.compile(
+    lazy_compile(
         r"\.cache/flashinfer/(?:\d+\.\d+[\w.+-]*/)?(?:(?P<n>\d{2,3})[af]?|(?P<gfx>gfx[0-9a-f]{3,4}))/"
         r"(?:cached_ops|generated)\b"
     ),
     # DeepGEMM compiles its kernels for the device at run time
-    re.compile(
+    lazy_compile(
         r"NVCC compilation failed: nvcc fatal\s*: Unsupported gpu architecture '(?P<tok>(?:sm|compute)_\d{2,3}[afk]?)'"
     ),
 ]
-_GENCODE = re.compile(r"(?:-gencode[= ]|--generate-code[= ])arch=compute_(?P<n>\d{2,3})[afk]?\b")
+_GENCODE = lazy_compile(r"(?:-gencode[= ]|--generate-code[= ])arch=compute_(?P<n>\d{2,3})[afk]?\b")
 # build lines of a JIT (FlashInfer, DeepGEMM, torch cpp_extension's ~/.cache/torch_extensions), not of a wheel
-_JIT_BUILD = re.compile(r"cached_ops|\.cache/flashinfer|torch_extensions|deep_gemm|\bjit\b|JIT", re.I)
+_JIT_BUILD = lazy_compile(r"cached_ops|\.cache/flashinfer|torch_extensions|deep_gemm|\bjit\b|JIT", re.I)
 
 
 def jit_target_arch(msg: str) -> str | None:

@@ -21,6 +21,10 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from dispatchlab.core.dumpformat import ARGS_LINE_PREFIX as ARGS_LINE_PREFIX
+from dispatchlab.core.dumpformat import PICKLE_SUFFIXES as PICKLE_SUFFIXES
+from dispatchlab.core.dumpformat import SUMMARY_LINE_PREFIX as SUMMARY_LINE_PREFIX
+from dispatchlab.core.dumpformat import looks_like_pickle as looks_like_pickle
 from dispatchlab.core.pickle_walk import (
     Global,
     Instance,
@@ -44,8 +48,6 @@ MAX_REQUESTS = 100_000  # summarised (the last ones: SGLang appends the unfinish
 MAX_REQUEST_LINES = 50
 PREVIEW_CHARS = 200
 
-PICKLE_SUFFIXES = (".pkl", ".pickle")
-_PROTOCOL_HEADERS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 _DUMP_NAME = re.compile(r"(?:^|_)(?P<ts>\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2})\.pkl$")
 _SAFE_WORD = re.compile(r"[^\w.:@/+-]")
 # What a request's sampling params say that is worth a line: numbers and switches, never user text.
@@ -63,13 +65,6 @@ _SAMPLING_KEYS = (
     "ignore_eos",
 )
 # The first line of each kind the dump turns into; the parser keys on these.
-ARGS_LINE_PREFIX = "crash dump server_args="
-SUMMARY_LINE_PREFIX = "crash dump: "
-
-
-def looks_like_pickle(head: bytes, name: str) -> bool:
-    """A file the reader takes: named `*.pkl` / `*.pickle` and opening with a protocol 2-5 header."""
-    return head.startswith(_PROTOCOL_HEADERS) and name.lower().endswith(PICKLE_SUFFIXES)
 
 
 # ---------------------------------------------------------------- the facts

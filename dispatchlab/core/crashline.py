@@ -13,10 +13,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from dispatchlab.core.lazyre import lazy_compile
+
 # How far below the traceback head an older document's exception line may be (a deep native stack).
 EXCEPTION_SEARCH_LINES = 600
-_PREFIX = re.compile(r"^\s*(?:\[[^\]]{0,80}\]\s*|\([^)]{0,60}pid=\d+\)\s*)+")
-_VLLM_LEVEL = re.compile(r"^(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ \[[^\]]*\]\s?")
+_PREFIX = lazy_compile(r"^\s*(?:\[[^\]]{0,80}\]\s*|\([^)]{0,60}pid=\d+\)\s*)+")
+_VLLM_LEVEL = lazy_compile(r"^(?:ERROR|WARNING|INFO|DEBUG|CRITICAL) \d\d-\d\d [\d:.]+ \[[^\]]*\]\s?")
 
 ReadLines = Callable[[int, int], Iterable[tuple[str, int]]]
 

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import ParsedLog
 
 MODEL_PATH = Path(__file__).resolve().parent / "data" / "fallback_model.json"
@@ -32,12 +33,12 @@ TAIL_LINES = 12
 SERVING = ("serving", "ready")
 
 _NORMALISE = [
-    (re.compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"), " HEX "),
-    (re.compile(r"\[[\d, ]+\]|\(\d+(?:, ?\d+)+\)|torch\.Size\([^)]*\)"), " SHAPE "),
-    (re.compile(r"\b(?:TP|DP|EP|PP|rank|Rank|pid|GPU|cuda:)\s*=?\s*\d+\b"), " RANK "),
-    (re.compile(r"\d+(?:\.\d+)*"), " NUM "),
+    (lazy_compile(r"0x[0-9a-fA-F]+|\b[0-9a-f]{12,}\b"), " HEX "),
+    (lazy_compile(r"\[[\d, ]+\]|\(\d+(?:, ?\d+)+\)|torch\.Size\([^)]*\)"), " SHAPE "),
+    (lazy_compile(r"\b(?:TP|DP|EP|PP|rank|Rank|pid|GPU|cuda:)\s*=?\s*\d+\b"), " RANK "),
+    (lazy_compile(r"\d+(?:\.\d+)*"), " NUM "),
 ]
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]+")
+_WORD = lazy_compile(r"[A-Za-z_][A-Za-z0-9_]+")
 _STOP = frozenset(
     [
         "the",

@@ -7,12 +7,13 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import Crash, ParsedLog, Traceback
 
 if TYPE_CHECKING:
     from dispatchlab.core.terminal import TerminalDiagnosis
 
-_ERRORISH = re.compile(r"[Ee]rror|[Ff]ail|[Ee]xception")
+_ERRORISH = lazy_compile(r"[Ee]rror|[Ff]ail|[Ee]xception")
 
 
 def classify(parsed: ParsedLog) -> tuple[str, TerminalDiagnosis | None]:
@@ -40,17 +41,17 @@ def classify(parsed: ParsedLog) -> tuple[str, TerminalDiagnosis | None]:
 
 
 # ---------------------------------------------------------------- fingerprints
-_APP_PACKAGES = re.compile(
+_APP_PACKAGES = lazy_compile(
     r"(?:^|/)((?:sglang|vllm|flashinfer|sgl_kernel|tensorrt_llm|deep_gemm|triton|aiter|lmdeploy)/[\w/]+\.py)$"
 )
 _NOISE = [
-    (re.compile(r"0x[0-9a-fA-F]+"), "0x"),
-    (re.compile(r"(?:/[\w.+-]+)+/?"), "/path"),
-    (re.compile(r"\[[\d, ]+\]|\(\d+(?:, ?\d+)+\)|torch\.Size\([^)]*\)"), "<shape>"),
-    (re.compile(r"\b(?:TP|DP|EP|PP|rank|Rank|pid|GPU|cuda:)\s*=?\s*\d+\b"), "<rank>"),
-    (re.compile(r"\d+(?:\.\d+)?"), "#"),
-    (re.compile(r"'[^']{40,}'|\"[^\"]{40,}\""), "'…'"),
-    (re.compile(r"\s+"), " "),
+    (lazy_compile(r"0x[0-9a-fA-F]+"), "0x"),
+    (lazy_compile(r"(?:/[\w.+-]+)+/?"), "/path"),
+    (lazy_compile(r"\[[\d, ]+\]|\(\d+(?:, ?\d+)+\)|torch\.Size\([^)]*\)"), "<shape>"),
+    (lazy_compile(r"\b(?:TP|DP|EP|PP|rank|Rank|pid|GPU|cuda:)\s*=?\s*\d+\b"), "<rank>"),
+    (lazy_compile(r"\d+(?:\.\d+)?"), "#"),
+    (lazy_compile(r"'[^']{40,}'|\"[^\"]{40,}\""), "'…'"),
+    (lazy_compile(r"\s+"), " "),
 ]
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from dispatchlab.core import crashdump
+from dispatchlab.core import dumpformat
+from dispatchlab.core.lazyre import lazy_compile
 
 CHUNK_BYTES = 16 * 1024 * 1024
 # A line keeps its first MAX_LINE_BYTES, the rest is dropped (memory stays bounded, a log of no newline at
@@ -86,7 +87,7 @@ def expansion_limit(
         _budget.reset(token)
 
 
-ANSI_RE = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+ANSI_RE = lazy_compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 class LogReadError(Exception):
@@ -172,6 +173,8 @@ def _check_text(head: bytes, name: str) -> None:
 
 
 def _read_crash_dump(stream: BinaryIO, name: str) -> bytes:
+    from dispatchlab.core import crashdump
+
     with stream:
         data = stream.read(crashdump.MAX_DUMP_BYTES + 1)
     if len(data) > crashdump.MAX_DUMP_BYTES:
@@ -183,6 +186,8 @@ def _read_crash_dump(stream: BinaryIO, name: str) -> bytes:
 
 def _crash_dump_source(name: str, open_dump: Callable[[], BinaryIO]) -> Source:
     """The dump's facts as text lines (crashdump.crash_dump_lines); LogReadError when it is no dump."""
+    from dispatchlab.core import crashdump
+
     try:
         text = crashdump.crash_dump_text(_read_crash_dump(open_dump(), name), name)
     except crashdump.NotACrashDump as error:
@@ -198,7 +203,7 @@ def check_upload_head(stream: BinaryIO, name: str) -> None:
     stream.seek(0)
     head = stream.read(SNIFF_BYTES)
     stream.seek(0)
-    if _magic(head) == "zip" or crashdump.looks_like_pickle(head, name):
+    if _magic(head) == "zip" or dumpformat.looks_like_pickle(head, name):
         return  # read under its own limits by open_sources (a zip's directory; a dump, never unpickled)
     if _magic(head) == "gzip":
         try:
@@ -301,7 +306,7 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
         with source.opener() as stream:
             head = stream.read(SNIFF_BYTES)
         try:
-            if crashdump.looks_like_pickle(head, source.name):
+            if dumpformat.looks_like_pickle(head, source.name):
                 readable.append(_crash_dump_source(source.name, source.opener))
                 continue
             _check_text(head, source.name)
@@ -328,7 +333,7 @@ def _file_sources(raw: str | Path) -> list[Source]:
     except OSError as error:
         raise LogReadError(f"{display}: cannot read ({error.strerror or error})") from None
     size = path.stat().st_size
-    if crashdump.looks_like_pickle(head, display):
+    if dumpformat.looks_like_pickle(head, display):
         return [_crash_dump_source(display, lambda: path.open("rb"))]
     kind = _magic(head)
     if kind == "zip":
@@ -378,16 +383,16 @@ def open_sources(paths: Sequence[str | Path]) -> list[Source]:
     return sources
 
 
-def iter_chunks(source: Source) -> Iterator[bytes]:
-    """Line-aligned chunks of a source: CRLF normalised, ANSI colour codes removed. Every chunk ends
-    with a newline."""
+def iter_chunks(source: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Line-aligned chunks of a source (reads of `chunk_bytes`): CRLF normalised, ANSI colour codes
+    removed. Every chunk ends with a newline."""
     budget = _current_budget() if source.compressed else None
     with source.opener() as stream:
         carry = b""
         overlong = False
         while True:
             try:
-                block = stream.read(CHUNK_BYTES)
+                block = stream.read(chunk_bytes)
             except OSError as error:
                 raise LogReadError(f"{source.name}: read failed ({error})") from None
             if not block:
@@ -431,9 +436,27 @@ def normalise_chunk(chunk: bytes) -> bytes:
     if b"\r" in chunk:
         chunk = chunk.replace(b"\r\n", b"\n")
         if b"\r" in chunk:
-            # tqdm redraws a bar with bare CRs: keep the last state of each line
-            chunk = re.sub(rb"[^\n]*\r(?=[^\n])", b"", chunk).replace(b"\r", b"")
+            chunk = _last_redraws(chunk)
     return chunk
+
+
+def _last_redraws(chunk: bytes) -> bytes:
+    """tqdm redraws a bar with bare CRs: each line keeps what follows its last CR, and no CR. Line by line
+    from one CR to the next (a regex over the chunk backtracked each line through binary junk)."""
+    out: list[bytes] = []
+    find, rfind = chunk.find, chunk.rfind
+    position = 0
+    while (cr := find(b"\r", position)) >= 0:
+        start = rfind(b"\n", 0, cr) + 1
+        end = find(b"\n", cr)
+        end = len(chunk) if end < 0 else end
+        line = chunk[start:end]
+        last = line.rfind(b"\r", 0, len(line) - 1)  # the last CR a character of the line follows
+        out.append(chunk[position:start])
+        out.append((line[last + 1 :] if last >= 0 else line).replace(b"\r", b""))
+        position = end
+    out.append(chunk[position:])
+    return b"".join(out)
 
 
 def decode_line(raw: bytes) -> str:

@@ -10,9 +10,11 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-_OPAQUE = re.compile(r"<[A-Za-z_][\w.]*[ :>]")
-_CALL = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)\((?P<body>.*)\)$", re.S)
-_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+from dispatchlab.core.lazyre import lazy_compile
+
+_OPAQUE = lazy_compile(r"<[A-Za-z_][\w.]*[ :>]")
+_CALL = lazy_compile(r"^(?P<name>[A-Za-z_][\w.]*)\((?P<body>.*)\)$", re.S)
+_IDENT = lazy_compile(r"^[A-Za-z_]\w*$")
 
 
 def _unquoted(text: str, start: int = 0) -> Iterator[tuple[int, str]]:
@@ -171,7 +173,7 @@ def parse_vllm_non_default(text: str) -> dict[str, Any]:
 
 # ---- launch commands ----
 
-LAUNCH_START = re.compile(
+LAUNCH_START = lazy_compile(
     r"(?:^|[\s$>#])((?:[\w./-]*python[\d.]*\s+-m\s+sglang\.launch_server|sglang\s+serve|"
     r"[\w./-]*python[\d.]*\s+-m\s+vllm\.entrypoints\.openai\.api_server|vllm\s+serve|"
     r"[\w./-]*python[\d.]*\s+-m\s+sglang\.bench_\w+)\b.*)$"

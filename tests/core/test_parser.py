@@ -308,6 +308,38 @@ def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, mo
     assert one["crash"]["line"] == 35 * 2500 + 63
 
 
+def test_a_big_compressed_log_parses_the_same_on_several_cores_as_on_one(tmp_path, monkeypatch):
+    import gzip
+
+    from dispatchlab.core.parse import chunkscan, scan
+
+    monkeypatch.setattr(chunkscan, "WORKER_CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setattr(scan, "WORKER_CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setattr(scan, "PARALLEL_MIN_COMPRESSED_BYTES", 1024)
+    serving = (LOGS / "sglang_h100_serving.log").read_bytes()
+    path = tmp_path / "big.log.gz"
+    with gzip.open(path, "wb") as handle:
+        handle.write(serving * 600)
+        handle.write((LOGS / "sglang_dsv4_eagle_sm120.log").read_bytes())
+    monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", "1")
+    one = parse_paths([path])
+    monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", "2")
+    two = parse_paths([path])
+    for key in (
+        "crash",
+        "tracebacks",
+        "backends",
+        "draft_backends",
+        "gpu",
+        "kernels",
+        "line_count",
+        "outcome",
+    ):
+        assert one[key] == two[key], key
+    assert one["metrics"]["total"] == two["metrics"]["total"] == 4 * 600
+    assert one["crash"]["line"] == 35 * 600 + 63
+
+
 def test_genuine_sglang_launch_that_dies_on_a_missing_module_is_a_dependency_error():
     from dispatchlab.core import analyze_paths
 

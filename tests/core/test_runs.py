@@ -179,3 +179,83 @@ def test_a_crash_loop_past_the_cap_lists_its_first_and_last_runs_and_counts_the_
 def test_a_crash_loop_under_the_cap_has_no_omitted_runs(tmp_path):
     doc = _analyze(tmp_path, VLLM_OOM, VLLM_OOM)
     assert len(doc["runs"]) == 2 and "runs_omitted" not in doc
+
+
+def _attempts(log: Path, count: int) -> str:
+    """`count` restarts of one crash, each with its own clock and attempt number (digits differ run to run)."""
+    copy = _text(log)
+    return "".join(
+        f"supervisor: attempt {n} of the crash loop\n" + copy.replace(":5", f":{n % 6}") for n in range(count)
+    )
+
+
+@pytest.mark.parametrize("log", [SGLANG_ARCH, VLLM_OOM], ids=lambda p: p.stem)
+def test_a_crash_loop_of_5000_runs_has_the_diagnosis_of_three_and_counts_every_run(tmp_path, log):
+    three = _analyze(tmp_path, log, log, log, name="three.log")
+    target = tmp_path / "loop.log"
+    target.write_text(_attempts(log, 5000))
+    loop = analyze_paths([target])
+    assert loop["fingerprint"] == three["fingerprint"]
+    assert loop["failure_class"] == three["failure_class"] != "none"
+    assert loop["crash"]["exception"] == three["crash"]["exception"]
+    assert len(loop["runs"]) + loop["runs_omitted"] == 5000
+    assert loop["runs"][-1]["index"] == 5000 and loop["runs"][-1]["last_line"] == loop["line_count"]
+    assert len({r["fingerprint"] for r in loop["runs"]}) == 1
+    # the crash is the last run's, at the same place within it as in the second (the first holds the lines
+    # before the server's first start)
+    second, last = loop["runs"][1], loop["runs"][-1]
+    assert last["crash_line"] - last["first_line"] == second["crash_line"] - second["first_line"]
+    assert loop["crash"]["line"] >= last["first_line"]
+
+
+def test_the_runs_of_a_crash_loop_replayed_from_the_one_before_read_as_if_each_was_read_whole(
+    tmp_path, monkeypatch
+):
+    target = tmp_path / "loop.log"
+    target.write_text(_attempts(SGLANG_ARCH, 300))
+    replayed = analyze_paths([target])
+    monkeypatch.setattr("dispatchlab.core.parse.scan._LOOP_RUNS", 10**9)  # every run read line by line
+    read = analyze_paths([target])
+    for key in ("runs", "runs_omitted", "crash", "fingerprint", "line_count", "warnings_count", "tracebacks"):
+        assert replayed[key] == read[key], key
+    # past the first few runs, a run's events are counted, not kept: the timeline ends with the last run's
+    runs = replayed["runs"]
+    before_last = [e["line"] for e in replayed["timeline"] if e["line"] < runs[-1]["first_line"]]
+    assert max(before_last) <= runs[25]["first_line"] < runs[-1]["first_line"]
+    assert replayed["truncated_events"] > 0
+
+
+def test_a_flood_of_different_tracebacks_and_error_lines_keeps_the_first_and_counts_the_rest():
+    from dispatchlab.core.parse.vocabulary import MAX_ERRORS, MAX_TRACEBACKS
+
+    count = MAX_ERRORS + 100
+
+    def word(n: int) -> str:  # error lines are told apart without their numbers
+        return "".join(chr(ord("a") + int(digit)) for digit in str(n))
+
+    blocks = [
+        f'Traceback (most recent call last):\n  File "/srv/app/step.py", line {n}, in handler_{word(n)}\n'
+        f"ValueError: state {n} is wrong\nERROR job {word(n)} failed\n"
+        for n in range(count)
+    ]
+    doc = parse_sources([text_source("".join(blocks))]).to_dict()
+    assert len(doc["tracebacks"]) == MAX_TRACEBACKS and doc["tracebacks_omitted"] == count - MAX_TRACEBACKS
+    assert doc["tracebacks"][0]["message"] == "state 0 is wrong"
+    assert len(doc["errors"]) == MAX_ERRORS and doc["errors_omitted"] == count - MAX_ERRORS
+    assert doc["errors"][0]["text"] == "ERROR job a failed"
+
+
+def test_a_log_under_the_caps_has_no_omitted_counts(tmp_path):
+    doc = _analyze(tmp_path, VLLM_OOM)
+    assert "tracebacks_omitted" not in doc and "errors_omitted" not in doc
+
+
+@pytest.mark.parametrize("log", [SGLANG_ARCH, VLLM_OOM, SGLANG_OOM], ids=lambda p: p.stem)
+def test_a_crash_loops_repeated_blocks_taken_from_the_block_before_give_the_document_of_reading_every_line(
+    tmp_path, monkeypatch, log
+):
+    target = tmp_path / "loop.log"
+    target.write_text(_attempts(log, max(3, 2_000_000 // len(_text(log)))))
+    inferred = analyze_paths([target])
+    monkeypatch.setattr("dispatchlab.core.parse.chunkscan.INFER_REPEATS", False)
+    assert analyze_paths([target]) == inferred

@@ -907,3 +907,13 @@ def test_a_crash_no_signature_explains_leads_with_its_exceptions_diagnosis_not_t
     assert "from the exception" in html
     assert html.index(top["title"]) < html.index(wrapper["title"])
     assert "--log-level" not in html
+
+
+def test_tracebacks_and_error_lines_past_the_caps_are_counted_on_the_page(client, cast):
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["tracebacks_omitted"], doc["errors_omitted"] = 3996, 12
+    report = cast.report(doc, title="flood")
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[report.pk])).content.decode()
+    assert "... and 3996 more tracebacks, not listed" in html
+    assert "... and 12 more error lines" in html

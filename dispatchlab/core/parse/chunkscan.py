@@ -4,13 +4,18 @@ in worker processes over line-aligned segments (one per core), so gigabyte logs 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
 import pickle
+import queue
 import signal
 import sys
+import threading
 import traceback
+import zlib
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +27,8 @@ from dispatchlab.core.reading import MAX_LINE_BYTES, MAX_PARSED_LINE_BYTES, norm
 
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
+# what makes a line one whose dump or command may continue on the next lines (substring tests: a regex
+# alternation crawled through a megabyte line)
 CONTINUED = (
     b"ServerArgs(",
     b"server_args={",
@@ -30,9 +37,19 @@ CONTINUED = (
     b"vllm serve",
     b"api_server",
 )
+_DIGITS = b"0123456789"
+_ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
-SEGMENT_BYTES = 64 * 1024 * 1024
+# a crash loop's repeated blocks are taken from the block before them, not read line by line (tests turn it
+# off to compare); a chunk is searched for them from this size, blocks up to this many lines
+INFER_REPEATS = True
+_MIN_INFER_BYTES = 256 * 1024
+_MAX_BLOCK_LINES = 20_000
+_MAX_PROBE_COPIES = 64
+# error words and traceback frames in the middle of a chunk that make it worth searching for repeats
+_MIN_ERROR_MARKS, _GATE_BYTES = 8, 128 * 1024
+SEGMENT_BYTES = 16 * 1024 * 1024  # what one worker runs ahead: its results wait in memory
 
 
 @dataclass
@@ -42,19 +59,84 @@ class Hit:
     rules: tuple[int, ...] | None  # rule ids that may match; None: try every rule
     following: bytes  # the lines after it, for a dump or command that continues (else empty)
     previous: bytes = b""  # the line before a bare "Traceback": whose process printed it
+    key: int = 0  # the line's shape: its text without digits, its rules, its distance from the hit before
+    # (equal keys over a run's lines: the same run again)
+
+
+@dataclass
+class Repeats:
+    """Hits the scan worker did not read line by line: blocks of lines that repeat the block before them
+    (digits aside), so their hits are that block's hits, moved down by a block each time."""
+
+    first_hit: int  # the first such hit's number in the chunk's columns
+    count: int
+    first_line: int  # the chunk line that `text` starts with (the line before the first repeated block)
+    packed: bytes  # the lines the hits are read from, compressed (a crash loop's shrink 30 times)
+    previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
+    cursor: tuple[int, int] = (-1, 0)  # (line, offset) of the last line looked up: the next is near it
+    text: bytes | None = None  # `packed` unpacked, in the parsing process, on first use
+
+    def line(self, number: int) -> bytes:
+        """Line `number` of the chunk, found from the last one looked up (no list of a chunk's lines)."""
+        if self.text is None:
+            self.text = zlib.decompress(self.packed)
+        text = self.text
+        line, offset = self.cursor if self.cursor[0] >= 0 else (self.first_line, 0)
+        while line < number:
+            offset = text.find(b"\n", offset) + 1
+            line += 1
+        while line > number:
+            offset = text.rfind(b"\n", 0, offset - 1) + 1
+            line -= 1
+        self.cursor = (line, offset)
+        end = text.find(b"\n", offset)
+        return text[offset : len(text) if end < 0 else end]
 
 
 @dataclass
 class ChunkScan:
+    """A chunk's hits as columns (one object per hit costs more to pickle than to scan a line)."""
+
     size: int
     lines: int
-    hits: list[Hit]
+    hit_lines: array[int]  # 0-based line index within the chunk, per hit
+    hit_keys: array[int]  # per hit: see Hit.key; equal runs of keys are the same lines again
+    hit_ends: array[int]  # where each hit's line ends in `hit_text` (repeated hits: an empty piece)
+    hit_text: bytes
+    hit_rules: array[int]  # per hit: an index into `rule_sets`
+    rule_sets: list[tuple[int, ...] | None]
+    context: dict[int, tuple[bytes, bytes]]  # hit number -> (following, previous), for the few that have any
+    first_content: int  # the first hit's key without its distance from the hit before (the parse adds it)
     samples: list[tuple[int, bytes]]  # (line index, line) of sampled batch-statistics lines
     metric_lines: int
     next_sample: int  # how far into the next chunk the sampling stride reaches
     checkpoints: list[tuple[int, int]] = field(
         default_factory=list
     )  # (line index, offset) for the line index
+    repeats: Repeats | None = None
+
+    def __len__(self) -> int:
+        return len(self.hit_lines)
+
+    def hit(self, number: int) -> Hit:
+        line = self.hit_lines[number]
+        rules = self.rule_sets[self.hit_rules[number]]
+        repeats = self.repeats
+        if repeats is not None and repeats.first_hit <= number < repeats.first_hit + repeats.count:
+            block_hit = (number - repeats.first_hit) % len(repeats.previous)
+            previous = repeats.line(line - 1) if repeats.previous[block_hit] else b""
+            raw = repeats.line(line)[:MAX_PARSED_LINE_BYTES]
+            return Hit(line, raw, rules, b"", previous, self.hit_keys[number])
+        start = self.hit_ends[number - 1] if number else 0
+        following, previous = self.context.get(number, (b"", b""))
+        return Hit(
+            line,
+            self.hit_text[start : self.hit_ends[number]],
+            rules,
+            following,
+            previous,
+            self.hit_keys[number],
+        )
 
 
 def _line_at(chunk: bytes, start: int) -> bytes:
@@ -74,6 +156,17 @@ def _following(chunk: bytes, start: int) -> bytes:
             break
         end = nxt + 1
     return chunk[begin:end]
+
+
+def _continues(raw: bytes) -> bool:
+    """A command cut by a trailing backslash, or a dump whose brackets do not close on its line: the
+    extractors read on into the following lines (a crash loop's complete dumps need none sent)."""
+    if raw.endswith(b"\\") or (raw[-1:].isspace() and raw.rstrip().endswith(b"\\")):
+        return True
+    if b"erv" not in raw or not any(mark in raw for mark in CONTINUED):  # each mark has "erv"
+        return False
+    count = raw.count
+    return count(b"(") + count(b"[") + count(b"{") > count(b")") + count(b"]") + count(b"}")
 
 
 def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], int, int]:
@@ -107,44 +200,239 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
     return out, (position - size if out else 0), metric_lines
 
 
+class _Columns:
+    """The hit columns of a chunk, filled part by part (read line by line, or repeated)."""
+
+    def __init__(self) -> None:
+        self.lines: array[int] = array("q")
+        self.contents: array[int] = array("q")  # a hit's key before its distance from the hit before
+        self.ends: array[int] = array("q")
+        self.rules: array[int] = array("l")
+        self.raws: list[bytes] = []
+        self.rule_sets: dict[tuple[int, ...] | None, int] = {}
+        self.context: dict[int, tuple[bytes, bytes]] = {}
+        self.text_length = 0
+
+    def read(
+        self,
+        scanner: Scanner,
+        chunk: bytes,
+        start: int,
+        end: int,
+        line_base: int,
+        others: _Others | None = None,
+    ) -> None:
+        """The hits of chunk[start:end] (whole lines, the first being line `line_base`), line by line; with
+        `others` (the whole chunk), its statistics lines and checkpoints are placed in the same walk."""
+        starts, line_rules = scanner.lines(chunk[start:end] if start or end < len(chunk) else chunk)
+        count, find = chunk.count, chunk.find
+        index, cursor = line_base, start
+        for relative, rules in zip(starts, line_rules, strict=True):
+            offset = start + relative
+            if others is not None and others.next_at <= offset:
+                index, cursor = others.place(chunk, index, cursor, offset)
+            index += count(b"\n", cursor, offset)
+            cursor = offset
+            line_end = find(b"\n", offset)
+            raw = chunk[
+                offset : min(len(chunk) if line_end < 0 else line_end, offset + MAX_PARSED_LINE_BYTES)
+            ]
+            rule_set = self.rule_sets.get(rules)
+            if rule_set is None:
+                rule_set = self.rule_sets[rules] = len(self.rule_sets)
+            shape: tuple[object, ...] = (raw.translate(None, _DIGITS), rules)
+            following = _following(chunk, offset) if _continues(raw) else b""
+            previous = b""
+            if b"Traceback" in raw and offset > 0 and raw.lstrip().startswith(b"Traceback"):
+                previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
+            if following or previous:
+                self.context[len(self.lines)] = (following, previous)
+                shape += (following.translate(None, _DIGITS), previous.translate(None, _DIGITS))
+            self.lines.append(index)
+            self.contents.append(hash(shape))
+            self.text_length += len(raw)
+            self.ends.append(self.text_length)
+            self.rules.append(rule_set)
+            self.raws.append(raw)
+        if others is not None:
+            index, cursor = others.place(chunk, index, cursor, len(chunk) + 1)
+            others.lines = index + count(b"\n", cursor)
+
+    def keys(self, repeated: tuple[int, int, int] | None) -> array[int]:
+        """Each hit's key: its content and its distance from the hit before (the chunk's first: 0, the parse
+        adds it). `repeated` (first hit, hits per block, blocks): the keys of the blocks after the second are
+        the second's again."""
+        lines, contents = self.lines, self.contents
+        keys: array[int] = array("q", [0])
+
+        def add(start: int, stop: int) -> None:
+            for i in range(max(1, start), stop):
+                keys.append(hash((contents[i], lines[i] - lines[i - 1])))
+
+        if repeated is None:
+            add(1, len(lines))
+            return keys
+        first, per_block, blocks = repeated
+        add(1, first + 2 * per_block)
+        keys.extend(keys[first + per_block : first + 2 * per_block] * (blocks - 2))
+        add(first + per_block * blocks, len(lines))
+        return keys
+
+
+class _Others:
+    """The sampled statistics lines and the line index's checkpoints of a chunk, given their line index as
+    the walk over the hits passes them."""
+
+    def __init__(self, chunk: bytes, sample_starts: list[int], checkpoints: list[int]) -> None:
+        self.pending = sorted([(o, 1) for o in sample_starts] + [(o, 2) for o in checkpoints], reverse=True)
+        self.next_at = self.pending[-1][0] if self.pending else len(chunk) + 1
+        self.samples: list[tuple[int, bytes]] = []  # (line index, line)
+        self.marks: list[tuple[int, int]] = []  # (line index, offset)
+        self.lines = 0
+
+    def place(self, chunk: bytes, index: int, cursor: int, before: int) -> tuple[int, int]:
+        """Places those at offsets up to `before`, counting on from line `index` at `cursor`."""
+        pending = self.pending
+        while pending and pending[-1][0] <= before:
+            offset, kind = pending.pop()
+            index += chunk.count(b"\n", cursor, offset)
+            cursor = offset
+            if kind == 2:
+                self.marks.append((index, offset))
+            else:
+                self.samples.append((index, _line_at(chunk, offset)))
+        self.next_at = pending[-1][0] if pending else len(chunk) + 1
+        return index, cursor
+
+
+def _period(lines: list[bytes]) -> tuple[int, int, int] | None:
+    """(first line, block lines, blocks) of the longest stretch found where each block of lines is the block
+    before it again: a probe line's next copies give the candidate block lengths (a crash loop's run, or
+    within it one rank's lines)."""
+    total = len(lines)
+    best: tuple[int, int, int] | None = None
+    for start in (0, total // 3, 2 * total // 3):
+        probe_at = next((i for i in range(start, min(total, start + 64)) if len(lines[i]) >= 24), -1)
+        if probe_at < 0:
+            continue
+        probe, seen = lines[probe_at], probe_at
+        for _ in range(_MAX_PROBE_COPIES):
+            try:
+                seen = lines.index(probe, seen + 1)
+            except ValueError:
+                break
+            size = seen - probe_at
+            if size > _MAX_BLOCK_LINES or probe_at + 2 * size > total:
+                break
+            if lines[probe_at:seen] != lines[seen : seen + size]:
+                continue
+            blocks = 2
+            while probe_at + (blocks + 1) * size <= total and (
+                lines[probe_at + (blocks - 1) * size : probe_at + blocks * size]
+                == lines[probe_at + blocks * size : probe_at + (blocks + 1) * size]
+            ):
+                blocks += 1
+            begin = probe_at
+            while begin >= size and lines[begin - size : begin] == lines[begin : begin + size]:
+                begin -= size
+                blocks += 1
+            if best is None or blocks * size > best[1] * best[2]:
+                best = (begin, size, blocks)
+            if blocks * size * 2 > total:
+                return best
+    return best
+
+
 def scan_chunk(
-    scanner: Scanner, chunk: bytes, stride: int, next_sample: int, *, checkpoints: bool = False
+    scanner: Scanner,
+    chunk: bytes,
+    stride: int,
+    next_sample: int,
+    *,
+    checkpoints: bool = False,
 ) -> ChunkScan:
-    candidates = scanner.candidates(chunk)
     sample_starts, next_sample, metric_lines = _samples(chunk, stride, next_sample)
-    count = chunk.count
-    hits: list[Hit] = []
-    samples: list[tuple[int, bytes]] = []
-    marks: list[tuple[int, int]] = []
-    # walk candidate, sample and checkpoint offsets in order, counting newlines once between them
-    events = [(o, 0) for o in candidates] + [(o, 1) for o in sample_starts]
-    if checkpoints:
-        events += [(o, 2) for o in chunk_checkpoints(chunk)]
-    events.sort()
-    index = 0
-    cursor = 0
-    for offset, kind in events:
-        index += count(b"\n", cursor, offset)
-        cursor = offset
-        if kind == 2:
-            marks.append((index, offset))
-            continue
-        raw = _line_at(chunk, offset)
-        if kind == 1:
-            samples.append((index, raw))
-            continue
-        rules = candidates[offset]
-        following = (
-            _following(chunk, offset)
-            if any(mark in raw for mark in CONTINUED) or raw.endswith(b"\\")
-            else b""
-        )
-        previous = b""
-        if raw.lstrip().startswith(b"Traceback") and offset > 0:
-            previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
-        hits.append(Hit(index, raw, tuple(sorted(rules)) if rules is not None else None, following, previous))
-    lines = index + count(b"\n", cursor)
-    return ChunkScan(len(chunk), lines, hits, samples, metric_lines, next_sample, marks)
+    others = _Others(chunk, sample_starts, chunk_checkpoints(chunk) if checkpoints else [])
+    columns = _Columns()
+    repeats: Repeats | None = None
+    repeated: tuple[int, int, int] | None = None
+    found = (
+        _repeated_blocks(scanner, chunk, columns)
+        if INFER_REPEATS and len(chunk) >= _MIN_INFER_BYTES
+        else None
+    )
+    if found is None:
+        columns = _Columns()
+        columns.read(scanner, chunk, 0, len(chunk), 0, others)
+    else:
+        repeats, repeated = found
+        others.place(chunk, 0, 0, len(chunk) + 1)
+        others.lines = chunk.count(b"\n")
+    return ChunkScan(
+        len(chunk),
+        others.lines,
+        columns.lines,
+        columns.keys(repeated),
+        columns.ends,
+        b"".join(columns.raws),
+        columns.rules,
+        list(columns.rule_sets),
+        columns.context,
+        columns.contents[0] if columns.contents else 0,
+        others.samples,
+        metric_lines,
+        next_sample,
+        others.marks,
+        repeats,
+    )
+
+
+def _repeated_blocks(
+    scanner: Scanner, chunk: bytes, columns: _Columns
+) -> tuple[Repeats, tuple[int, int, int]] | None:
+    """A crash loop's chunk: the lines before the repeats and the first block read line by line, the blocks
+    that repeat it (every digit aside from its value: the same lines, each digit where the block has one)
+    taken as its hits moved down, the last block and the rest read. None where the chunk has no such stretch.
+
+    A rule reads a line's digits only as digits (a clock, a count), so the same line with other digits
+    matches the same rules; the last block is read all the same (a file's last run is its diagnosis)."""
+    middle = len(chunk) // 2
+    sample = (middle, middle + _GATE_BYTES)
+    if chunk.count(b"rror", *sample) + chunk.count(b'File "', *sample) < _MIN_ERROR_MARKS:
+        return None  # a serving log, not a crash loop: not worth the search
+    lines = chunk.translate(_ONE_DIGIT).split(b"\n")  # its lines are as long as the chunk's
+    found = _period(lines)
+    if found is None:
+        return None
+    first, size, blocks = found
+    blocks -= 1  # the last block is read
+    if blocks < 3:
+        return None
+    offsets = [0]  # where lines first, first + size, ... start in the chunk
+    position = sum(map(len, lines[:first])) + first
+    for block in range(blocks + 1):
+        offsets.append(position)
+        start = first + block * size
+        position += sum(map(len, lines[start : start + size])) + size
+    columns.read(scanner, chunk, 0, offsets[2], 0)
+    block_hits = [i for i, line in enumerate(columns.lines) if line >= first]
+    if not block_hits or any(columns.context.get(i, (b"",))[0] for i in block_hits):
+        return None  # a dump or command read on into the lines after it: read those blocks too
+    first_hit = len(columns.lines)
+    count = len(block_hits) * (blocks - 1)
+    relative = [columns.lines[i] + size for i in block_hits]
+    for block in range(blocks - 1):
+        columns.lines.extend(array("q", [line + block * size for line in relative]))
+    columns.contents.extend(array("q", [columns.contents[i] for i in block_hits]) * (blocks - 1))
+    columns.ends.extend(array("q", [columns.text_length]) * count)
+    columns.rules.extend(array("l", [columns.rules[i] for i in block_hits]) * (blocks - 1))
+    previous = bytes(1 if i in columns.context else 0 for i in block_hits)
+    # the repeated blocks' text, from the line before them (a bare traceback's `previous`)
+    text_start = chunk.rfind(b"\n", 0, offsets[2] - 1) + 1
+    packed = zlib.compress(chunk[text_start : offsets[-1]], 1)
+    repeats = Repeats(first_hit, count, first + size - 1, packed, previous)
+    columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size)
+    return repeats, (first_hit - len(block_hits), len(block_hits), blocks)
 
 
 # ---------------------------------------------------------------- segments of a big plain file, in parallel
@@ -211,18 +499,16 @@ class Segment:
     text: Path | None  # where to write its normalised text, for the line index
 
 
-def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> list[ChunkScan]:
-    scans: list[ChunkScan] = []
+def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> Iterator[ChunkScan]:
     next_sample = 0
     with path.open("rb") as handle, contextlib.ExitStack() as stack:
         text = stack.enter_context(segment.text.open("wb")) if segment.text else None
         for chunk in _chunks_between(handle, segment.start, segment.end):
             scan = scan_chunk(scanner, chunk, stride, next_sample, checkpoints=text is not None)
             next_sample = scan.next_sample
-            scans.append(scan)
             if text is not None:
                 text.write(chunk)
-    return scans
+            yield scan
 
 
 def parallel_workers() -> int:
@@ -247,11 +533,44 @@ def _keep_freed_memory() -> None:
         pass  # not glibc: the default allocator is fine, only slower
 
 
+_SEGMENT_END = b""
+_QUEUED_SCANS = 3  # per worker: how far it may run ahead of the parse reading its results
+
+
+def _send(out: BinaryIO, payload: bytes) -> None:
+    out.write(len(payload).to_bytes(8, "little"))
+    out.write(payload)
+
+
 def _worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int, out: BinaryIO) -> None:
+    """Each chunk's scan is sent as soon as it is made (a segment's worth held at once took hundreds of MB
+    on a crash loop); an empty message closes a segment, once its text part is written whole."""
     _keep_freed_memory()
     for segment in segments:
-        pickle.dump(scan_segment(scanner, path, segment, stride), out, protocol=pickle.HIGHEST_PROTOCOL)
+        for scan in scan_segment(scanner, path, segment, stride):
+            _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+        _send(out, _SEGMENT_END)
         out.flush()
+
+
+def _read_exactly(reader: BinaryIO, size: int) -> bytes | None:
+    data = reader.read(size)
+    return data if len(data) == size else None
+
+
+def _pump(reader: BinaryIO, into: queue.Queue[bytes | None], stop: threading.Event) -> None:
+    """Moves one worker's messages from its pipe to a bounded queue: the worker ahead keeps scanning while
+    the parse reads the one behind, and blocks when it is too far ahead (memory stays flat)."""
+    message: bytes | None = b""
+    while message is not None and not stop.is_set():
+        header = _read_exactly(reader, 8)
+        message = None if header is None else _read_exactly(reader, int.from_bytes(header, "little"))
+        while not stop.is_set():
+            try:
+                into.put(message, timeout=0.1)
+                break
+            except queue.Full:
+                continue
 
 
 def _die_with_parent(parent: int) -> None:
@@ -306,20 +625,145 @@ def scan_file_in_parallel(
     ]
     workers = min(workers, len(segments))
     children = [_fork_worker(scanner, path, segments[w::workers], stride) for w in range(workers)]
+    stop = threading.Event()
+    queues: list[queue.Queue[bytes | None]] = [queue.Queue(_QUEUED_SCANS) for _ in children]
+    pumps = [
+        threading.Thread(target=_pump, args=(reader, into, stop), daemon=True)
+        for (_pid, reader), into in zip(children, queues, strict=True)
+    ]
+    for pump in pumps:
+        pump.start()
     try:
         for index in range(len(segments)):
-            try:
-                scans: list[ChunkScan] = pickle.load(children[index % workers][1])
-            except EOFError:
-                raise RuntimeError(f"a scan worker stopped before finishing {path.name}") from None
-            yield from scans
+            messages = queues[index % workers]
+            while True:
+                message = messages.get()
+                if message is None:
+                    raise RuntimeError(f"a scan worker stopped before finishing {path.name}")
+                if message == _SEGMENT_END:
+                    break
+                yield pickle.loads(message)
             part = segments[index].text
             if part is not None and text_done is not None:
-                text_done(part)  # written whole before its scans were sent
+                text_done(part)  # written whole before its segment's end was sent
     finally:
-        for pid, reader in children:
-            reader.close()
+        stop.set()
+        for pid, _reader in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
+        for pump in pumps:
+            pump.join()
+        for _pid, reader in children:
+            reader.close()
+
+
+# ---------------------------------------------------------------- pieces of a stream (a .gz), in parallel
+_PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
+
+
+def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: BinaryIO) -> None:
+    _keep_freed_memory()
+    while (header := _read_exactly(pieces, 16)) is not None:
+        size, stride = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:], "little")
+        piece = _read_exactly(pieces, size) if size else None
+        if piece is None:
+            return
+        scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints)
+        _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+        out.flush()
+
+
+def _fork_piece_worker(scanner: Scanner, checkpoints: bool) -> tuple[int, BinaryIO, BinaryIO]:
+    to_child, from_parent = os.pipe()
+    to_parent, from_child = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(from_parent)
+        os.close(to_parent)
+        _die_with_parent(parent)
+        code = 0
+        try:
+            with os.fdopen(to_child, "rb") as pieces, os.fdopen(from_child, "wb") as out:
+                _piece_worker(scanner, checkpoints, pieces, out)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(to_child)
+    os.close(from_child)
+    return pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
+
+
+def _feed_pieces(into: BinaryIO, pieces: queue.Queue[tuple[int, memoryview]], stop: threading.Event) -> None:
+    """Writes the pieces handed to one worker into its pipe, each after its size and the stride to sample it
+    at (a thread: the parse reads results meanwhile)."""
+    with contextlib.suppress(OSError):
+        while not stop.is_set():
+            try:
+                stride, piece = pieces.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            into.write(len(piece).to_bytes(8, "little") + stride.to_bytes(8, "little"))
+            into.write(piece)
+            into.flush()
+
+
+def scan_pieces_in_parallel(
+    scanner: Scanner,
+    pieces: Iterator[memoryview],
+    stride: Callable[[], int],
+    workers: int,
+    *,
+    checkpoints: bool = False,
+) -> Iterator[tuple[memoryview, ChunkScan]]:
+    """(piece, its scan) in order, the pieces (line-aligned, of a decompressed stream) scanned by `workers`
+    forked processes: the parse decompresses and reads the results, the workers scan. Each piece starts its
+    statistics sampling afresh, as each segment of a plain file does, at the parse's stride of the moment
+    (a compressed log's size says little of its lines: the parse widens the stride as points pile up)."""
+    children = [_fork_piece_worker(scanner, checkpoints) for _ in range(workers)]
+    stop = threading.Event()
+    outgoing: list[queue.Queue[tuple[int, memoryview]]] = [queue.Queue(1) for _ in children]
+    results: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD + 1) for _ in children]
+    threads = [
+        threading.Thread(target=_feed_pieces, args=(child[1], send, stop), daemon=True)
+        for child, send in zip(children, outgoing, strict=True)
+    ] + [
+        threading.Thread(target=_pump, args=(child[2], into, stop), daemon=True)
+        for child, into in zip(children, results, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    in_flight: collections.deque[tuple[int, memoryview]] = collections.deque()
+
+    def finished() -> tuple[memoryview, ChunkScan]:
+        worker, piece = in_flight.popleft()
+        message = results[worker].get()
+        if not message:
+            raise RuntimeError("a scan worker stopped before finishing its piece")
+        return piece, pickle.loads(message)
+
+    try:
+        for number, piece in enumerate(pieces):
+            worker = number % workers
+            outgoing[worker].put((stride(), piece))
+            in_flight.append((worker, piece))
+            while len(in_flight) > workers * _PIECES_AHEAD:
+                yield finished()
+        while in_flight:
+            yield finished()
+    finally:
+        stop.set()
+        for pid, _writer, _reader in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for thread in threads:
+            thread.join()
+        for _pid, writer, reader in children:
+            with contextlib.suppress(OSError):
+                writer.close()
+            reader.close()

@@ -8,59 +8,60 @@ TRT-LLM `[TRT-LLM] [I]`, syslog.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from dispatchlab.core.lazyre import lazy_compile
+
 _VLLM_HEAD = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}"
-_ANSI = re.compile(r"\x1b\[[\d;]*m")
+_ANSI = lazy_compile(r"\x1b\[[\d;]*m")
 _WRAPPERS = [
-    re.compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "
-    re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s"),  # docker logs -t
-    re.compile(r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ [^:\[\s]+(?:\[\d+\])?: "),  # syslog
-    re.compile(r"^\s*Line \d+: "),
+    lazy_compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "
+    lazy_compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s"),  # docker logs -t
+    lazy_compile(r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ [^:\[\s]+(?:\[\d+\])?: "),  # syslog
+    lazy_compile(r"^\s*Line \d+: "),
     # Python logging around a vLLM line: "2025-08-13 04:39:39,318 - __main__ - INFO - INFO 08-13 04:39:39 ..."
-    re.compile(
+    lazy_compile(
         r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - (?=" + _VLLM_HEAD + ")"
     ),
     # a tqdm bar the vLLM line was printed after: "...  0%|          | 0/500 [00:00<?, ?it/s]INFO 07-09 ..."
-    re.compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
+    lazy_compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
 ]
-_TORCHRUN = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")
-_RAY = re.compile(r"^\((?P<actor>[A-Za-z]\w*) pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s*")
-_SGL = re.compile(
+_TORCHRUN = lazy_compile(r"^\[(?:default)?rank(\d+)\]:\s?")
+_RAY = lazy_compile(r"^\((?P<actor>[A-Za-z]\w*) pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s*")
+_SGL = lazy_compile(
     r"^\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](?P<ms>\d{1,6}))?"
     r"(?P<ranks>(?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)\d+)*)\]\s?"
     r"(?:(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:(?P<src>[\w./-]+\.py:\d+):\s+)?)?"
 )
-_VLLM = re.compile(
+_VLLM = lazy_compile(
     # nested process prefixes ("(Worker pid=1) (Worker_TP1 pid=1) ERROR ..."): the innermost names the rank
     r"^(?:\([^()]*? pid=\d+(?:,\s*ip=[\d.]+)?\)\s+)*?"
     r"(?:\((?P<proc>[^()]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s+)?"
     r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
     r"\[?(?P<src>[^\]\s]+?)(?::(?P<lineno>\d+))?\] ?"
 )
-_VLLM_PROC_ONLY = re.compile(
+_VLLM_PROC_ONLY = lazy_compile(
     r"^(?:\([A-Za-z]\w*(?: rank=\d+)? pid=\d+(?:,\s*ip=[\d.]+)?\)\s+)*"
     r"\((?P<proc>[A-Za-z][\w]*?)(?: rank=(?P<vrank>\d+))? pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s?"
 )
-_TRTLLM = re.compile(
+_TRTLLM = lazy_compile(
     r"^(?:\[(?P<ts>\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\] )?\[TRT-LLM\](?: \[RANK (?P<rank>\d+)\])? \[(?P<lvl>[A-Z])\]\s?"
 )
-_PY_LOGGING = re.compile(
+_PY_LOGGING = lazy_compile(
     r"^(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,\d{3})? - (?P<level>[A-Z]+) - (?:[\w.]+:\d+ - )?"
 )
-_PLAIN_LEVEL_TS = re.compile(
+_PLAIN_LEVEL_TS = lazy_compile(
     r"^(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL)\s+(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})\S*\s+"
 )
-_GLOG = re.compile(
+_GLOG = lazy_compile(
     r"^\[?(?P<lvl>[EWIF])(?P<mo>\d{2})(?P<dd>\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})\.\d+ +(?:\d+ )?[\w./-]+:\d+\]\s?"
 )
-_NCCL = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL )")
-VLLM_PROCESSES = re.compile(
+_NCCL = lazy_compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?=NCCL )")
+VLLM_PROCESSES = lazy_compile(
     r"^(?:APIServer|EngineCore|Worker|VllmWorker|RayWorker|DPCoordinator|MultiprocExecutor)"
 )
 # Python 3.11 exception groups draw a gutter: "  + Exception Group Traceback", "  |   File ...", "  | ValueError: x"
-_GUTTER = re.compile(r"^\s+(?:[|+](?:-+\+?[-\d ]*)?\s?)+")
+_GUTTER = lazy_compile(r"^\s+(?:[|+](?:-+\+?[-\d ]*)?\s?)+")
 
 
 def _strip_gutter(text: str) -> str:
@@ -68,7 +69,7 @@ def _strip_gutter(text: str) -> str:
     return text[m.end() :] if m and m.end() < len(text) else text
 
 
-_RANK_TAG = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
+_RANK_TAG = lazy_compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
 
 LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "F": "CRITICAL", "WARN": "WARNING"}
 
@@ -191,10 +192,14 @@ def _other(number: int, raw: str, text: str, rank: str | None, year: str | None)
 
 
 _FORMATS = (_sglang, _vllm, _trtllm, _other)
+_INDENTS = (" ", "\t")
 
 
 def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
     """Strip the known prefixes of one line (already decoded, without newline)."""
+    if raw[:1] in _INDENTS and "|" not in raw and "Line " not in raw and "\x1b[" not in raw:
+        # an indented line (a traceback's frames and code): no prefix can start with a space
+        return Line(number, raw, _strip_gutter(raw), None, None, None, "plain", False)
     text, rank = _unwrap(raw)
     for parse in _FORMATS:
         line = parse(number, raw, text, rank, year_hint)

@@ -197,6 +197,9 @@ class ParsedLog:
     runs: list[RunSummary] = field(default_factory=list)
     # runs of a long crash loop left out of `runs` (the first and last are listed), counted by fingerprint
     runs_omitted: dict[str, int] = field(default_factory=dict)
+    # the last run's tracebacks and error lines past the caps (MAX_TRACEBACKS, MAX_ERRORS): counted, not kept
+    tracebacks_omitted: int = 0
+    errors_omitted: int = 0
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
     # the log's last lines (decoded, at most a few kilobytes): not in the JSON document
@@ -228,7 +231,12 @@ class ParsedLog:
         if self.runs_omitted:
             doc["runs_omitted"] = sum(self.runs_omitted.values())
             doc["runs_omitted_by_fingerprint"] = dict(self.runs_omitted)
+        for name in ("tracebacks_omitted", "errors_omitted"):
+            if getattr(self, name):
+                doc[name] = getattr(self, name)
         return doc
 
 
-_NOT_IN_DOCUMENT = frozenset({"pattern_hits", "runs", "runs_omitted", "tail"})
+_NOT_IN_DOCUMENT = frozenset(
+    {"pattern_hits", "runs", "runs_omitted", "tail", "tracebacks_omitted", "errors_omitted"}
+)

@@ -78,6 +78,8 @@ class Observations:
     ignored_traceback_lines: set[int] = field(default_factory=set)
     kernels: dict[str, None] = field(default_factory=dict)
     errors: dict[str, ErrorLine] = field(default_factory=dict)  # by text without numbers
+    errors_omitted: int = 0  # error lines past the first MAX_ERRORS different ones (not kept)
+    tracebacks_omitted: int = 0  # tracebacks past the first MAX_TRACEBACKS different ones (not kept)
     fatal_lines: list[FatalLine] = field(default_factory=list)
     warnings_count: int = 0
     stop_line: int | None = None  # the operator asked the server to stop here
@@ -123,6 +125,8 @@ class Observations:
         self.ignored_traceback_lines = set()
         self.kernels = {}
         self.errors = {}
+        self.errors_omitted = 0
+        self.tracebacks_omitted = 0
         self.fatal_lines = []
         self.stop_line = None
         self.request_error_lines = set()

@@ -7,13 +7,25 @@ Observations record.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import re
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
-from dispatchlab.core.parse.chunkscan import ChunkScan, parallel_workers, scan_chunk, scan_file_in_parallel
+from dispatchlab.core.parse.chunkscan import (
+    WORKER_CHUNK_BYTES,
+    ChunkScan,
+    Hit,
+    parallel_workers,
+    scan_chunk,
+    scan_file_in_parallel,
+    scan_pieces_in_parallel,
+)
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
@@ -28,7 +40,7 @@ from dispatchlab.core.parse.extract.servers import ServerMentions
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
-from dispatchlab.core.parse.model import PatternHit
+from dispatchlab.core.parse.model import PatternHit, RunSummary
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.parse.vocabulary import (
@@ -52,7 +64,10 @@ EXTRACTORS: tuple[type[Extractor], ...] = (
     Failures,
 )
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
+_WANTS = {cls: frozenset(cls.RULES) | cls.READS for cls in EXTRACTORS}  # the rules each extractor reads
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
+PARALLEL_MIN_COMPRESSED_BYTES = 1024 * 1024  # about ten times that once decompressed
+_EXPANSION = 8  # what a log's gzip usually shrinks it by
 TAIL_BYTES = 6000
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 # What a server prints once per start, read from SGLang's and vLLM's own startup logging: SGLang's args dump,
@@ -65,6 +80,26 @@ _ENGINE_START_RULES = frozenset({"vllm_engine_config"})
 _ANY_START = _START_RULES | _ENGINE_START_RULES
 _CLOCK_BACK_SECONDS = 60
 _COMMAND_AT_START = 40  # a launch command opens its line (after a prompt or a short label), not quoted in one
+
+
+_MAX_TEMPLATE_HITS = 20_000  # a run compared with the next holds this many hits at most
+# Past this many runs a file is a crash loop: each run is compared with the last one read, a repeat is replayed
+# from its record, and the events of every run but the first and the current one are counted, not kept (the
+# same whether a run was read or replayed, so the document does not depend on which)
+_LOOP_RUNS = 20
+
+
+@dataclass(frozen=True)
+class RunTemplate:
+    """The last run read line by line: its hits' keys (after its start line), the key of the start that
+    ended it, its record, and what it added to the file's counts (events, warnings, server votes)."""
+
+    keys: array[int]
+    end_key: int
+    summary: RunSummary
+    events: int
+    warnings: int
+    votes: dict[str, int]
 
 
 class CompiledRules:
@@ -98,6 +133,19 @@ class Scan:
         self.run_timeline_start = 0  # the current run's first event in obs.timeline
         self.run_latest_time: str | None = None
         self.run_banner_line: int | None = None  # the current run's first start banner
+        # a crash loop's runs: each is compared with the last one read line by line, and a repeat is replayed
+        self.template: RunTemplate | None = None
+        self.run_keys: list[int] | None = None  # the current run's hit keys, while it is read line by line
+        self.current_key = 0
+        # held hits (scan, base line, first, stop, b"") and statistics lines (None, line, 0, 0, the line)
+        self.pending: list[tuple[ChunkScan | None, int, int, int, bytes]] = []
+        self.comparing = False
+        self.matched = 0
+        self.force_start = False
+        self.last_hit_line = -1  # the last hit's 0-based line in the file: the distance to the next one
+        self.run_truncated_start = 0
+        self.run_warnings_start = 0
+        self.run_votes_start: dict[str, int] = {}
         self._make_extractors()
 
     def _make_extractors(self) -> None:
@@ -105,12 +153,16 @@ class Scan:
         failures = made[Failures]
         assert isinstance(failures, Failures)
         self.failures = failures  # it closes the tracebacks still open at the end
-        self.extractors = [(e, frozenset(e.RULES) | e.READS) for e in made.values()]
+        self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
-        for chunk in iter_chunks(source):
+        for chunk in iter_chunks(source, WORKER_CHUNK_BYTES):  # read as the workers read: memory stays flat
             scan = scan_chunk(
-                self.rules.scanner, chunk, self.stride, self.next_sample, checkpoints=bool(self.index)
+                self.rules.scanner,
+                chunk,
+                self.stride,
+                self.next_sample,
+                checkpoints=bool(self.index),
             )
             self.next_sample = scan.next_sample
             if self.index is not None:
@@ -119,27 +171,180 @@ class Scan:
                 self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
             yield scan
 
+    def chunks_in_parallel(self, source: Source, workers: int) -> Iterator[ChunkScan]:
+        """A compressed log: decompressed here, its pieces scanned by forked workers."""
+        # read in pieces the workers' size: a few of them in memory at once
+        pieces = (memoryview(piece) for piece in iter_chunks(source, WORKER_CHUNK_BYTES))
+        scans = scan_pieces_in_parallel(
+            self.rules.scanner, pieces, lambda: self.stride, workers, checkpoints=bool(self.index)
+        )
+        for piece, scan in scans:
+            if self.index is not None:
+                self.index.add_text(piece.tobytes())
+            self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:].tobytes())[-TAIL_BYTES:]
+            yield scan
+
     def feed(self, scan: ChunkScan) -> None:
         obs = self.obs
         base = obs.line_count
         samples = scan.samples
         si = 0
-        for hit in scan.hits:
-            while si < len(samples) and samples[si][0] < hit.index:
-                self.metrics.sample(samples[si][1], base + samples[si][0] + 1)
+        number = 0
+        total = len(scan)
+        if total:
+            first = base + scan.hit_lines[0]
+            scan.hit_keys[0] = hash((scan.first_content, first - self.last_hit_line))
+            self.last_hit_line = base + scan.hit_lines[-1]
+        while number < total:
+            index = scan.hit_lines[number]
+            if si < len(samples) and samples[si][0] < index:
+                self._sample(samples[si][1], base + samples[si][0] + 1)
                 si += 1
-            if hit.previous:
-                # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
-                self._note_process(split_line(base + hit.index, decode_line(hit.previous), obs.year))
-            self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+                continue
+            if self.comparing:
+                before = samples[si][0] if si < len(samples) else None
+                number = self._compare(scan, base, number, before)
+                continue
+            self._hit(scan.hit(number), base)
+            number += 1
         for index, raw in samples[si:]:
-            self.metrics.sample(raw, base + index + 1)
+            self._sample(raw, base + index + 1)
         obs.line_count += scan.lines
         obs.metric_total += scan.metric_lines
         while len(obs.metric_points) > 2 * METRIC_POINTS_TARGET:
             # the log is bigger than its stored size said (compressed, stdin): halve the resolution
             obs.metric_points = obs.metric_points[::2]
             self.stride *= 2
+
+    def _sample(self, raw: bytes, number: int) -> None:
+        if self.pending:  # after the held hits, in line order
+            self.pending.append((None, number, 0, 0, raw))
+        else:
+            self.metrics.sample(raw, number)
+
+    def _hit(self, hit: Hit, base: int) -> None:
+        if self.run_keys is not None:
+            self.run_keys.append(hit.key)
+        self.current_key = hit.key
+        if hit.previous:
+            # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
+            self._note_process(split_line(base + hit.index, decode_line(hit.previous), self.obs.year))
+        self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+
+    # ---------------------------------------------------------------- a crash loop's repeated runs
+    def _compare(self, scan: ChunkScan, base: int, number: int, before: int | None) -> int:
+        """Hits of the current run are held while they repeat the last run's, line for line (digits aside);
+        returns the next hit to look at."""
+        template = self.template
+        assert template is not None
+        keys = scan.hit_keys
+        remaining = len(template.keys) - self.matched
+        if remaining:
+            stop = min(len(keys), number + remaining)
+            if before is not None:
+                stop = min(stop, bisect.bisect_left(scan.hit_lines, before, number, stop))
+            if (
+                stop > number
+                and keys[number:stop] == template.keys[self.matched : self.matched + stop - number]
+            ):
+                self.pending.append((scan, base, number, stop, b""))
+                self.matched += stop - number
+                return stop
+            self._flush()
+            return number
+        # the whole run repeated: is this the start that followed it?
+        hit = scan.hit(number)
+        if hit.key == template.end_key and self._is_start(hit):
+            self._replay_run(base + hit.index + 1)
+            self.force_start = True
+            self._hit(hit, base)
+            self.force_start = False
+        else:
+            self._flush()
+            self._hit(hit, base)
+        return number + 1
+
+    def _is_start(self, hit: Hit) -> bool:
+        line = split_line(0, decode_line(hit.raw), self.obs.year)
+        hits, _extra = self._hits(line, hit.rules)
+        return not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits)
+
+    def _flush(self) -> None:
+        """The current run is not a repeat: its held hits go through the extractors after all."""
+        self.comparing = False
+        pending, self.pending = self.pending, []
+        for scan, base, start, stop, raw in pending:
+            if scan is None:
+                self.metrics.sample(raw, base)
+                continue
+            for number in range(start, stop):
+                self._hit(scan.hit(number), base)
+
+    def _replay_run(self, next_start: int) -> None:
+        """The run held repeats the last one read: it ended the same way, so its record is that run's record
+        moved to its own lines, and its events are counted, not kept (a crash loop's middle runs leave
+        counts)."""
+        obs = self.obs
+        template = self.template
+        assert template is not None
+        shift = obs.run_first_line - template.summary.first_line
+        crash_line = template.summary.crash_line
+        for scan, number, _start, _stop, raw in self.pending:
+            if scan is None:
+                self.metrics.sample(raw, number)
+        self.failures.finish()
+        obs.finished_run(
+            dataclasses.replace(
+                template.summary,
+                index=obs.run_total + 1,
+                first_line=obs.run_first_line,
+                last_line=next_start - 1,
+                crash_line=None if crash_line is None else crash_line + shift,
+            )
+        )
+        # counted as the template's events: its start line's events are dropped with the run's (_new_run)
+        obs.truncated_events += template.events - (len(obs.timeline) - self.run_timeline_start)
+        obs.warnings_count += template.warnings
+        for server, votes in template.votes.items():
+            obs.server_votes[server] += votes
+        self._clock_from_held()
+        self.pending = []
+
+    def _clock_from_held(self) -> None:
+        """The latest time and process of the held run's last lines (every line read would set them)."""
+        obs = self.obs
+        held = [
+            (scan, base, start, stop) for scan, base, start, stop, _raw in self.pending if scan is not None
+        ]
+        noted = timed = False
+        for scan, base, start, stop in reversed(held[-2:]):
+            for number in range(stop - 1, max(start, stop - 20) - 1, -1):
+                hit = scan.hit(number)
+                line = split_line(base + hit.index + 1, decode_line(hit.raw), obs.year)
+                if not noted and line.prefixed:
+                    self.last_process, noted = line.rank, True
+                if not timed and line.time:
+                    obs.last_time, timed = line.time, True
+                    if self.run_latest_time is None or line.time > self.run_latest_time:
+                        self.run_latest_time = line.time
+                if noted and timed:
+                    return
+
+    def _keep_template(self) -> None:
+        """The run that just ended was read line by line: the next runs are compared with it."""
+        obs = self.obs
+        keys = self.run_keys
+        self.template = None
+        if keys is not None and len(keys) <= _MAX_TEMPLATE_HITS and obs.runs:
+            events = (
+                len(obs.timeline) - self.run_timeline_start + obs.truncated_events - self.run_truncated_start
+            )
+            votes = {k: v - self.run_votes_start.get(k, 0) for k, v in obs.server_votes.items()}
+            # the last key is the start that ended the run
+            warnings = obs.warnings_count - self.run_warnings_start
+            self.template = RunTemplate(
+                array("q", keys[:-1]), self.current_key, obs.runs[-1], events, warnings, votes
+            )
 
     def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
         obs = self.obs
@@ -148,8 +353,8 @@ class Scan:
             line.rank = self.last_process  # a bare line belongs to the process printing around it
         hits, extra = self._hits(line, rule_ids)
         if not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits):
-            if self._starts_run(line, hits):
-                self._new_run(line)
+            if self.force_start or self._starts_run(line, hits):
+                self._new_run(line, replayed=self.force_start)
             elif self.run_banner_line is None:
                 self.run_banner_line = line.number
         for index, m in extra:
@@ -224,17 +429,41 @@ class Scan:
         command = COMMAND_START.search(line.msg) if "launch" in hits else None
         return command is not None and command.start() <= _COMMAND_AT_START
 
-    def _new_run(self, line: Line) -> None:
+    def _new_run(self, line: Line, *, replayed: bool = False) -> None:
         obs = self.obs
-        self.failures.finish()
-        close_run(obs, line.number - 1, self.run_timeline_start)
+        if not replayed:  # a replayed run's record is already kept
+            self.failures.finish()
+            close_run(obs, line.number - 1, self.run_timeline_start)
+            self._keep_template()
+        if (
+            obs.run_total > _LOOP_RUNS
+        ):  # a crash loop: the runs between the first and the current leave counts
+            obs.truncated_events += len(obs.timeline) - self.run_timeline_start
+            del obs.timeline[self.run_timeline_start :]
         obs.new_run(line.number)
         self._make_extractors()
         self._compact_timeline()
-        self.run_timeline_start = len(obs.timeline)
+        self._start_run_record()
         self.run_latest_time = None
         self.run_banner_line = line.number
         obs.event(line, "phase", "server_start", f"run {obs.run_total + 1}: the server starts again")
+
+    def _start_run_record(self) -> None:
+        obs = self.obs
+        self.run_timeline_start = len(obs.timeline)
+        self.run_truncated_start = obs.truncated_events
+        self.run_warnings_start = obs.warnings_count
+        self.run_votes_start = dict(obs.server_votes)
+        self.run_keys = []
+        self.comparing = self.template is not None and obs.run_total >= _LOOP_RUNS
+        self.matched = 0
+
+    def begin_source(self, first_line: int) -> None:
+        """Runs are compared within one source only."""
+        self._flush()
+        self.source_first_line = first_line
+        self.template = None
+        self.run_keys = None
 
     def _compact_timeline(self) -> None:
         """A crash loop must leave room for its last run: past half the cap, the events of the runs between
@@ -258,12 +487,14 @@ class Scan:
             hits.append(PatternHit(line.number, line.rank, line.msg[:MAX_MESSAGE], groups))
 
     def finish(self) -> Observations:
+        self._flush()
         self.failures.finish()
         return self.obs
 
 
 def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
-    """A big plain file is scanned by forked workers, segment by segment; anything else here, chunk by chunk."""
+    """A big plain file is scanned by forked workers, segment by segment; a big compressed one by forked
+    workers, piece by piece as it is decompressed here; anything else here, chunk by chunk."""
     path, size = source.path, source.stored_bytes or 0
     if path is not None and size >= PARALLEL_MIN_BYTES:
         workers = parallel_workers()
@@ -273,6 +504,10 @@ def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
             return scan_file_in_parallel(
                 run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
             )
+    if source.compressed and size >= PARALLEL_MIN_COMPRESSED_BYTES:
+        workers = parallel_workers()
+        if workers > 1:
+            return run.chunks_in_parallel(source, workers)
     return run.chunks(source)
 
 
@@ -292,10 +527,15 @@ def scan_sources(
     total: int | None = sum(s.stored_bytes or 0 for s in sources) or None
     if total and any(s.stored_bytes is None for s in sources):
         total = None
-    run = Scan(rules, max(1, (total or 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index)
+    # the statistics lines are sampled over the text: a compressed log's is some times its stored size
+    expected = sum((s.stored_bytes or 0) * (_EXPANSION if s.compressed else 1) for s in sources)
+    run = Scan(
+        rules, max(1, (expected if total else 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index
+    )
     done = 0
     for source in sources:
-        first = run.source_first_line = run.obs.line_count + 1
+        first = run.obs.line_count + 1
+        run.begin_source(first)
         for scan in _scans_of(run, source):
             if index is not None:
                 index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
+from dispatchlab.core.lazyre import lazy_compile
 
 try:  # optional accelerator: `pip install dispatchlab[fast]`
     import hyperscan as _hs
@@ -22,15 +23,15 @@ except ImportError:  # pragma: no cover - exercised by DISPATCHLAB_NO_HYPERSCAN 
     _hs = None  # type: ignore[assignment]
 
 # Routine lines (batch statistics, access log, health checks): about 97% of a serving log.
-ROUTINE = re.compile(
+ROUTINE = lazy_compile(
     rb"(?:\S+\s+\|\s)?(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] )?"
     rb"(?:Decode batch|Prefill batch|INFO:\s+[\d.:a-f\[\]]+ - \"(?:GET|POST) \S+ HTTP/1\.1\" 200|"
     rb"(?:\([\w ]+=?\d* ?pid=\d+\) )?INFO \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[loggers\.py:\d+\] Engine \d+: Avg)"
 )
 
-_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
-_INLINE_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
-_DOLLAR = re.compile(r"(?<!\\)\$")
+_NAMED_GROUP = lazy_compile(r"\(\?P<\w+>")
+_INLINE_FLAGS = lazy_compile(r"^\(\?([aiLmsux]+)\)")
+_DOLLAR = lazy_compile(r"(?<!\\)\$")
 
 
 # bump when _to_hyperscan changes: cached databases built by the old translation are then ignored
@@ -161,6 +162,41 @@ class Scanner:
                 else:
                     current.update(self.python_only)
         return hits
+
+    def lines(self, chunk: bytes) -> tuple[list[int], list[tuple[int, ...] | None]]:
+        """`candidates` in file order, as (line starts, rule ids per line: sorted, None for every rule); the
+        scan's hot path (one small int per Hyperscan match, no set per line)."""
+        if self.db is None or self.python_only:
+            found = self.candidates(chunk)
+            ordered = sorted(found)
+            return ordered, [None if found[s] is None else tuple(sorted(found[s] or ())) for s in ordered]
+        packed: list[int] = []
+        push = packed.append
+
+        def on_match(rule: int, start: int, end: int, flags: int, context: object) -> None:
+            push(end << 16 | rule)
+
+        self.db.scan(chunk, match_event_handler=on_match)
+        starts: list[int] = []
+        rule_sets: list[tuple[int, ...] | None] = []
+        rfind, find = chunk.rfind, chunk.find
+        line_start, line_end = -1, -1
+        current: list[int] = []
+        for value in packed:  # in the order of their ends: a line's matches come together
+            end, rule = value >> 16, value & 0xFFFF
+            if not (line_start < end <= line_end):
+                start = rfind(b"\n", 0, end) + 1
+                if start != line_start:
+                    if current:
+                        rule_sets.append((current[0],) if len(current) == 1 else tuple(sorted(set(current))))
+                    nl = find(b"\n", start)
+                    line_start, line_end = start, nl if nl >= 0 else len(chunk)
+                    starts.append(start)
+                    current = []
+            current.append(rule)
+        if current:
+            rule_sets.append((current[0],) if len(current) == 1 else tuple(sorted(set(current))))
+        return starts, rule_sets
 
     def _fallback(self, chunk: bytes) -> dict[int, set[int] | None]:
         hits: dict[int, set[int] | None] = {}

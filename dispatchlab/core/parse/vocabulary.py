@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Callable
+
+from dispatchlab.core.lazyre import lazy_compile
 
 # progress(bytes_done, bytes_total): bytes_total is None when unknown (stdin, compressed input)
 ProgressCallback = Callable[[int, int | None], None]
@@ -74,7 +75,7 @@ MAX_ERRORS = 500
 MAX_WARNING_EVENTS = 300
 METRIC_POINTS_TARGET = 1500
 
-_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
+_NUMBERS = lazy_compile(r"0x[0-9a-fA-F]+|\d+")
 
 
 def without_numbers(text: str, limit: int) -> str:
@@ -94,4 +95,4 @@ def rank_sort_key(rank: str | None) -> tuple[tuple[int, int | str], ...]:
     )
 
 
-_DIGITS = re.compile(r"([0-9]+)")
+_DIGITS = lazy_compile(r"([0-9]+)")

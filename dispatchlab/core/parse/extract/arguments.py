@@ -6,7 +6,8 @@ import re
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from dispatchlab.core.crashdump import ARGS_LINE_PREFIX, SUMMARY_LINE_PREFIX
+from dispatchlab.core.dumpformat import ARGS_LINE_PREFIX, SUMMARY_LINE_PREFIX
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits, group
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.observations import Observations
@@ -23,10 +24,10 @@ _LAUNCH = (
     r"(?:python[\d.]*\s+-m\s+sglang\.launch_server|sglang\s+serve\s|"
     r"python[\d.]*\s+-m\s+vllm\.entrypoints\.openai\.api_server|(?:^|[\s$>#])vllm\s+serve\s)"
 )
-_SGLANG_LINE_START = re.compile(r"^\[\d{4}-\d\d-\d\d ")
+_SGLANG_LINE_START = lazy_compile(r"^\[\d{4}-\d\d-\d\d ")
 # Variable assignments right before the program (`env A=1 B=2 `), up to where it starts.
-ENV_PREFIX = re.compile(r"(?:\benv\s+)?(?:\b[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+$")
-COMMAND_START = re.compile(r"(\S*python[\d.]*\s+-m\s+\S+|sglang\s+serve|vllm\s+serve)")
+ENV_PREFIX = lazy_compile(r"(?:\benv\s+)?(?:\b[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+$")
+COMMAND_START = lazy_compile(r"(\S*python[\d.]*\s+-m\s+\S+|sglang\s+serve|vllm\s+serve)")
 
 
 @lru_cache(maxsize=16)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits, group
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import Origin
@@ -20,7 +20,7 @@ _VLLM_OLD_ATTENTION = {
     "Torch SDPA": "TORCH_SDPA",
 }
 _GPTOSS_KERNEL = {"triton_kernels": "triton_kernel"}
-_DRAFT_MENTION = re.compile(r"\bdraft\b|NextN|nextn|MTP")
+_DRAFT_MENTION = lazy_compile(r"\bdraft\b|NextN|nextn|MTP")
 # rule -> contract key, when the rule's `backend` group is the whole story and the model is the main one
 _SIMPLE = {
     "attn_default": "attention_backend",

@@ -6,6 +6,7 @@ import re
 from typing import ClassVar
 
 from dispatchlab.core import arch as archmod
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.observations import Observations
@@ -35,8 +36,8 @@ _ENV_VERSION_KEY = {
     "CUDA runtime version": "cuda",
     "CUDA used to build PyTorch": "cuda",
 }
-_UUID = re.compile(r"\s*\(UUID:.*$")
-_GPU_NAME = re.compile(r"NVIDIA [\w .-]+?(?=\s{2}|[,;:)(|]|\swith\b|$)")
+_UUID = lazy_compile(r"\s*\(UUID:.*$")
+_GPU_NAME = lazy_compile(r"NVIDIA [\w .-]+?(?=\s{2}|[,;:)(|]|\swith\b|$)")
 
 
 def _pip_version_key(name: str) -> str | None:

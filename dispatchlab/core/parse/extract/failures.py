@@ -6,11 +6,13 @@ import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine, Event, Frame, Traceback
 from dispatchlab.core.parse.observations import FatalLine, Observations
 from dispatchlab.core.parse.vocabulary import (
+    MAX_ERRORS,
     MAX_FRAMES,
     MAX_KERNELS,
     MAX_MESSAGE,
@@ -78,11 +80,18 @@ _NOT_FATAL_KINDS = {
     "waiting",  # fatal only when the log ends on it (see _waiting_at_end)
 }
 # A request that failed while the server went on serving: the OpenAI handlers log it, the client gets a 4xx.
-_REQUEST_LOGGER = re.compile(
+_REQUEST_LOGGER = lazy_compile(
     r"\b(?:serving_chat|serving_completion|serving_engine|serving_responses|serving_embedding|serving_tokenization|"
     r"serving_transcription|chat_utils)\.py:\d+\]"
 )
-_REQUEST_FRAME = re.compile(
+
+
+def _request_logged(raw: str) -> bool:
+    """The line is the request layer's own log line (its `file.py:N]` prefix): a request failed."""
+    return ".py:" in raw and _REQUEST_LOGGER.search(raw) is not None
+
+
+_REQUEST_FRAME = lazy_compile(
     r"^(?:create_chat_completion|create_completion|_preprocess_chat|_preprocess_completion|generate_request|"
     r"handle_generate_request|v1_chat_completions|v1_completions|openai_v1_\w+|_handle_batch_request|"
     r"chat_completion_stream_generator|_tokenize_prompt_inputs?|render_chat_request|create_responses|"
@@ -93,7 +102,7 @@ _REQUEST_TEXT_RULE = (
     r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
     r"maximum context length is \d+ tokens|Error in (?:chat|completion) request"
 )
-_REQUEST_TEXT = re.compile(_REQUEST_TEXT_RULE)
+_REQUEST_TEXT = lazy_compile(_REQUEST_TEXT_RULE)
 _AFTER_STOP_KINDS = {"killed", "signal", "exit_code", "subproc_crash", "died_init"}
 _ERROR_RULES = frozenset({"tb_term", "error_level", "cuda_error", "nccl_error", "oom"})
 # a GPU that faulted, and the stall reports that a fault makes other ranks print while they wait for it
@@ -102,19 +111,19 @@ _STALL_KINDS = frozenset({"watchdog", "stall", "waiting"})
 # a process reporting that it is still waiting for its peers: a hang when nothing else follows (vLLM's and
 # SGLang's shared-memory broadcast ring, a router polling workers that do not answer)
 _WAITING_RULE = r"No available (?:shared memory broadcast )?block found in \d+ seconds?|health check is pending with error"
-_WAITING = re.compile(_WAITING_RULE)
+_WAITING = lazy_compile(_WAITING_RULE)
 # What a log may go on printing while its engine hangs: access-log answers (status polls, health probes)
 # and the wait reports themselves. Anything else after the last wait report is progress.
-_IDLE_LINE = re.compile(
+_IDLE_LINE = lazy_compile(
     r"\"(?:GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS) \S+ HTTP/\d(?:\.\d)?\" \d{3}\b|^\s*$|\[\.\.\. not retrieved \.\.\.\]"
 )
-_FATAL_SIGNAL = re.compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
-_NCCL_CHATTER = re.compile(r"NCCL (?:WARN|INFO)")
+_FATAL_SIGNAL = lazy_compile(r"SIG(?:SEGV|ABRT|BUS|FPE|KILL|ILL)|signal (?:4|6|7|8|9|11)\b")
+_NCCL_CHATTER = lazy_compile(r"NCCL (?:WARN|INFO)")
 
-KERNEL_FUNC = re.compile(
+KERNEL_FUNC = lazy_compile(
     r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$"
 )
-KERNEL_TEXT = re.compile(
+KERNEL_TEXT = lazy_compile(
     r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
     r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
 )
@@ -126,7 +135,7 @@ NOT_KERNELS = {
     "common_ops",
     "flashinfer_kernel",
 }
-ERRORISH = re.compile(
+ERRORISH = lazy_compile(
     r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires"
 )
 
@@ -326,7 +335,7 @@ class Failures:
             self.open.pop(key)
         elif current is not None:
             self._close(key)
-        request = bool(_REQUEST_LOGGER.search(line.raw))
+        request = _request_logged(line.raw)
         self.open[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next.pop(key, False), request=request)
 
     def _frame(self, line: Line, key: str | None, g: re.Match[str]) -> None:
@@ -337,7 +346,7 @@ class Failures:
             current = self.open[key] = _OpenTraceback(
                 Traceback(line=line.number, rank=line.rank or key, exception="", message="")
             )
-        current.request = current.request or bool(_REQUEST_LOGGER.search(line.raw))
+        current.request = current.request or _request_logged(line.raw)
         if len(current.tb.frames) < MAX_FRAMES:
             current.tb.frames.append(Frame(g.group("file"), int(g.group("line")), g.group("func")))
 
@@ -347,10 +356,10 @@ class Failures:
         if current is None:
             tb = Traceback(line=line.number, rank=line.rank or key, exception=exc, message=text[:MAX_MESSAGE])
             tb.end_line = line.number
-            request = bool(_REQUEST_LOGGER.search(line.raw) or _REQUEST_TEXT.search(text))
+            request = _request_logged(line.raw) or bool(_REQUEST_TEXT.search(text))
             self.open[key] = _OpenTraceback(tb, finished=True, request=request)
         elif not current.finished:
-            current.request = current.request or bool(_REQUEST_LOGGER.search(line.raw))
+            current.request = current.request or _request_logged(line.raw)
             current.tb.exception = exc
             current.tb.message = text[:MAX_MESSAGE]
             current.tb.end_line = line.number
@@ -390,6 +399,8 @@ class Failures:
             detail = f"{tb.exception}: {tb.message[:250]}"
             kind = "warning" if request else "error"
             obs.timeline.append(Event(tb.line, None, tb.rank, kind, "traceback", detail, None))
+        else:
+            obs.tracebacks_omitted += 1
         for frame in tb.frames:
             if KERNEL_FUNC.match(frame.function):
                 self._kernel(frame.function)
@@ -415,7 +426,7 @@ class Failures:
                 return None
         if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
             return None
-        if "request_error" in hits or (kind in ("error", "exception") and _REQUEST_LOGGER.search(line.raw)):
+        if "request_error" in hits or (kind in ("error", "exception") and _request_logged(line.raw)):
             return "request_error"
         return kind
 
@@ -449,10 +460,13 @@ class Failures:
             fatal = False  # a warning that mentions OOM or a failed NCCL transport is not the failure itself
         if obs.stop_line is not None and kind in _AFTER_STOP_KINDS:
             fatal = False  # children dying after the operator stopped the server
-        ranks = [line.rank] if line.rank else []
-        obs.errors[norm] = ErrorLine(
-            line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal
-        )
+        if len(obs.errors) < MAX_ERRORS:
+            ranks = [line.rank] if line.rank else []
+            obs.errors[norm] = ErrorLine(
+                line.number, line.rank, ranks, kind, text[:MAX_MESSAGE], 1, line.time, fatal
+            )
+        else:  # a flood of different error lines: the first ones are listed, the rest counted
+            obs.errors_omitted += 1
         if fatal or kind == "garbage_output":
             obs.fatal_lines.append(FatalLine(line.number, line.rank, kind, text))
         obs.event(line, "error", kind, text[:300])

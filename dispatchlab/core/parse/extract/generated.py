@@ -17,48 +17,52 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine
 from dispatchlab.core.parse.observations import FatalLine, Observations
-from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, without_numbers
+from dispatchlab.core.parse.vocabulary import MAX_ERRORS, MAX_MESSAGE, without_numbers
 
 # a JSON or Python-repr string value, possibly cut by the end of the pasted line
 _STRING = r"(?:\"(?P<dq>[^\"\\]*(?:\\.[^\"\\]*)*)\"?|'(?P<sq>[^'\\]*(?:\\.[^'\\]*)*)'?)"
-_JSON_VALUE = re.compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
+_JSON_VALUE = lazy_compile(r"[\"'](?:text|content|reasoning_content)[\"']\s*:\s*" + _STRING)
 # keys only a response has: their value is an answer wherever the document is
-_OUTPUT_VALUE = re.compile(r"[\"'](?:text_output|generated_text|output_text)[\"']\s*:\s*" + _STRING)
+_OUTPUT_VALUE = lazy_compile(r"[\"'](?:text_output|generated_text|output_text)[\"']\s*:\s*" + _STRING)
 # a pasted output under a label of its own at the start of a line; a chat transcript's assistant turn
-_LABEL_VALUE = re.compile(
+_LABEL_VALUE = lazy_compile(
     r"^\s*(?:Output|Response|Answer|Completion|Prediction|Generated(?: text| output)?|Model output)"
     r"(?: \[Text \d+ Beam \d+\])?\s*:\s*" + _STRING
 )
-_TRANSCRIPT_VALUE = re.compile(r"^\s*(?:assistant|Assistant|ASSISTANT)\s*:\s*(?P<free>\S.*)")
-_KEYWORD_VALUE = re.compile(
+_TRANSCRIPT_VALUE = lazy_compile(r"^\s*(?:assistant|Assistant|ASSISTANT)\s*:\s*(?P<free>\S.*)")
+_KEYWORD_VALUE = lazy_compile(
     r"\b(?:ChatCompletionMessage\(content|CompletionChoice\([^()]*?\btext)=" + _STRING
 )
-_LOG_VALUE = re.compile(
+_LOG_VALUE = lazy_compile(
     r"(?:Generated response \S+(?: \(streaming complete\))?: output: |Generated text: |"
     r"CompletionOutput\(index=\d+, text=|\bout=\{[\"']text[\"']: )" + _STRING
 )
-_RESPONSE_MARK = re.compile(
+_RESPONSE_MARK = lazy_compile(
     r"[\"'](?:choices|meta_info|finish_reason|delta)[\"']\s*:|[\"']role[\"']\s*:\s*[\"']assistant|"
     r"[\"']object[\"']\s*:\s*[\"'](?:chat\.completion|text_completion)|\bout=\{|ChatCompletion\(|Completion\("
 )
-_REQUEST_MARK = re.compile(
+_REQUEST_MARK = lazy_compile(
     r"\bcurl\s|-d\s+'|--data\b|[\"'](?:messages|prompt|sampling_params|input)[\"']\s*:|"
     r"[\"']role[\"']\s*:\s*[\"'](?:user|system)|\bobj=\w+\(|requests\.post\(|Received request|prompt: "
 )
 # up to 32 characters: a chat template's special token (`<｜begin▁of▁sentence｜>`) is 22
-_REPEAT = re.compile(r"(\S{2,32}?)\1{10,}")
+_REPEAT = lazy_compile(r"(\S{2,32}?)\1{10,}")
+_LONG_RUN = lazy_compile(r"\S{22,}")
+# control characters no printed text holds (tab, newline and the like aside)
+_CONTROL = lazy_compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 # one word with letters, eight times back to back: the loop a collapsed decoder falls into
-_WORD_LOOP = re.compile(r"(?<!\S)([^\W\d_][^\s\d]{1,23})(?: \1){7,}(?!\S)")
+_WORD_LOOP = lazy_compile(r"(?<!\S)([^\W\d_][^\s\d]{1,23})(?: \1){7,}(?!\S)")
 # what an array printout repeats (`[nan nan nan ...]`, `True True ...`) is a value, not an answer's word
 _ARRAY_VALUES = frozenset({"nan", "inf", "-inf", "none", "null", "true", "false"})
 # vocabulary slots no training text contains (Llama 3's reserved specials, Gemma's unused, Qwen's extra):
 # an answer that samples one is decoding random token ids
-_UNTRAINED_TOKEN = re.compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
-_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
+_UNTRAINED_TOKEN = lazy_compile(r"<\|reserved(?:_special_token_\d+)?\|>|<unused\d+>|<\|extra_\d+\|>")
+_ESCAPE = lazy_compile(r"\\(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|(.))", re.S)
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
 # a pretty-printed JSON's `"content": "..."` line belongs to the last document marker within this reach
 _CONTEXT_LINES = 60
@@ -66,6 +70,8 @@ _SHOWN = 80
 # judging one answer takes milliseconds and a `--log-requests` log prints one per request: judge the first
 # ones, then a sample (a broken kernel garbles every answer, so the sample still finds it)
 _JUDGED_ALL = 20
+# a looping line loops from its start: its first characters are judged (a megabyte prompt took 40 ms a line)
+_LOOP_JUDGED_CHARS = 64 * 1024
 _JUDGED_EVERY = 1000
 _JUDGED_CHARS = 4000  # a long answer is judged on its head and tail, where collapse and loops show
 
@@ -218,9 +224,15 @@ class Generated:
         """A pasted output line (no log prefix) where a token with letters repeats back to back."""
         if line.prefixed or line.level is not None or line.msg.startswith((" ", "\t")):
             return False
+        if _CONTROL.search(line.msg):
+            return False  # binary bytes (a core dump in the log), not text: the repeat search crawls on them
+        msg = line.msg
         return any(
             len(set(unit)) > 1 and any(ch.isalpha() for ch in unit)
-            for unit in (m.group(1) for m in _REPEAT.finditer(line.msg))
+            for run in _LONG_RUN.finditer(
+                msg
+            )  # eleven copies of a unit of two or more: 22 characters at least
+            for unit in (m.group(1) for m in _REPEAT.finditer(msg, run.start(), run.end()))
         )
 
     def _looping_line(self, line: Line, hits: Hits) -> bool:
@@ -229,7 +241,7 @@ class Generated:
         as the line may be anything else."""
         if "gen_words" not in hits or self.answers >= _JUDGED_ALL:
             return False
-        msg = line.msg
+        msg = line.msg[:_LOOP_JUDGED_CHARS]
         if not any(m.group(1).lower() not in _ARRAY_VALUES for m in _WORD_LOOP.finditer(msg)):
             return False
         reason = garbage_reason(msg.strip())
@@ -253,9 +265,12 @@ class Generated:
             if line.rank and line.rank not in entry.ranks:
                 entry.ranks.append(line.rank)
             return
-        ranks = [line.rank] if line.rank else []
-        obs.errors[key] = ErrorLine(
-            line.number, line.rank, ranks, "garbage_output", text[:MAX_MESSAGE], 1, line.time, False
-        )
+        if len(obs.errors) < MAX_ERRORS:
+            ranks = [line.rank] if line.rank else []
+            obs.errors[key] = ErrorLine(
+                line.number, line.rank, ranks, "garbage_output", text[:MAX_MESSAGE], 1, line.time, False
+            )
+        else:
+            obs.errors_omitted += 1
         obs.fatal_lines.append(FatalLine(line.number, line.rank, "garbage_output", text))
         obs.event(line, "error", "garbage_output", text[:300])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.lineformat import split_line
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.reading import decode_line
@@ -12,15 +12,15 @@ from dispatchlab.core.reading import decode_line
 _FIELDS = [
     (
         "gen_throughput",
-        re.compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)"),
+        lazy_compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)"),
     ),
     (
         "input_throughput",
-        re.compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)"),
+        lazy_compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)"),
     ),
-    ("running", re.compile(r"#running-req: (\d+)|Running: (\d+) reqs")),
-    ("queued", re.compile(r"#queue-req: (\d+)|Waiting: (\d+) reqs")),
-    ("token_usage", re.compile(r"token usage: ([\d.]+)|KV cache usage: ([\d.]+)%")),
+    ("running", lazy_compile(r"#running-req: (\d+)|Running: (\d+) reqs")),
+    ("queued", lazy_compile(r"#queue-req: (\d+)|Waiting: (\d+) reqs")),
+    ("token_usage", lazy_compile(r"token usage: ([\d.]+)|KV cache usage: ([\d.]+)%")),
 ]
 
 

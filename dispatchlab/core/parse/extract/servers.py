@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.observations import Observations
@@ -25,7 +26,7 @@ MARKERS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
     (
         "vllm",
         STRONG,
-        re.compile(
+        lazy_compile(
             r"\bvLLM API server version\b|\bvllm(?: version|==| v)\s?\d|\bvLLM Version\s*:|"
             r"Killing local vLLM worker processes|\bvllm serve\b|\bvllm\.(?:entrypoints|engine|v1|model_executor|"
             r"worker|config|distributed|executor|collect_env)\b|\bV1 LLM engine\b|\bVllmConfig\b|"
@@ -34,45 +35,60 @@ MARKERS: tuple[tuple[str, int, re.Pattern[str]], ...] = (
             r"Engine core initialization failed|EngineCore failed to start|\bAsyncLLMEngine\b"
         ),
     ),
-    ("vllm", WEAK, re.compile(r"(?:^|[/\\\s\"'])vllm[/\\]\w|\bVLLM_[A-Z][A-Z0-9_]+")),
+    ("vllm", WEAK, lazy_compile(r"(?:^|[/\\\s\"'])vllm[/\\]\w|\bVLLM_[A-Z][A-Z0-9_]+")),
     (
         "sglang",
         STRONG,
-        re.compile(
+        lazy_compile(
             r"\bsglang\.(?:launch_server|srt|bench_\w+|check_env)\b|\b(?:sglang|SGLang)(?: version|==| v)\s?\d|"
             r"\bSGLang\b|\bsgl[-_]kernel\b|\(SGLangEngine pid=|\bTpModelWorker\b|"
             r"\bScheduler hit an exception\b|server_args=ServerArgs\(|No module named '?sglang\b"
         ),
     ),
-    ("sglang", WEAK, re.compile(r"(?:^|[/\\\s\"'])sglang[/\\]\w|\bSGL(?:ANG)?_[A-Z][A-Z0-9_]+")),
+    ("sglang", WEAK, lazy_compile(r"(?:^|[/\\\s\"'])sglang[/\\]\w|\bSGL(?:ANG)?_[A-Z][A-Z0-9_]+")),
 )
 
 
 # a version a line gives with the server's name (`vllm version 0.24.0`, `sglang==0.5.2`): the server's own
-_VERSION = re.compile(
+_VERSION = lazy_compile(
     r"\b(?P<server>vllm|sglang)(?: version|==| v)\s?(?P<version>\d+\.\d+\.\d+[\w.+-]*)", re.I
 )
 
 
+def _rule(server: str, weight: int) -> str:
+    return f"server_{server}_{'strong' if weight == STRONG else 'weak'}"
+
+
+# one rule per marker: the scan confirms only the markers its prefilter saw, so a traceback's frame lines (all
+# of them under sglang/) cost one short search, not four long ones
+_MARKER_RULES = tuple((_rule(server, weight), server, weight) for server, weight, _pattern in MARKERS)
+
+
 class ServerMentions:
     RULES: ClassVar[dict[str, str]] = {
-        "server_mention": "|".join(f"(?:{pattern.pattern})" for _server, _weight, pattern in MARKERS),
+        _rule(server, weight): pattern.pattern for server, weight, pattern in MARKERS
     }
     READS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, obs: Observations) -> None:
         self.obs = obs
+        self.full: set[tuple[str, int]] = set()  # markers whose first lines are all kept
 
     def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
-        if "server_mention" not in hits:
-            return False
-        for server, weight, pattern in MARKERS:
-            if pattern.search(line.msg):
-                kept = self.obs.server_mentions.setdefault(server, [])
-                if sum(1 for w, _line, _text in kept if w == weight) < _KEEP:
-                    kept.append((weight, line.number, line.msg.strip()[:300]))
+        for rule, server, weight in _MARKER_RULES:
+            if rule in hits:
+                if (server, weight) not in self.full:
+                    kept = self.obs.server_mentions.setdefault(server, [])
+                    if sum(1 for w, _line, _text in kept if w == weight) < _KEEP:
+                        kept.append((weight, line.number, line.msg.strip()[:300]))
+                    else:
+                        self.full.add((server, weight))
                 break  # a line speaks for one server: the first marker it shows
-        version = _VERSION.search(line.msg)
-        if version is not None:
-            self.obs.version(version.group("server").lower(), version.group("version"))
+        else:
+            return False
+        msg = line.msg
+        if "ersion" in msg or "ERSION" in msg or "==" in msg or " v" in msg or " V" in msg:
+            version = _VERSION.search(msg)
+            if version is not None:
+                self.obs.version(version.group("server").lower(), version.group("version"))
         return False

@@ -74,6 +74,8 @@ def interpret(obs: Observations) -> ParsedLog:
         nccl_transports=obs.nccl_transports,
         runs=[*obs.runs, summarise_run(obs, obs.line_count, crash)] if obs.runs else [],
         runs_omitted=obs.runs_omitted,
+        tracebacks_omitted=obs.tracebacks_omitted,
+        errors_omitted=obs.errors_omitted,
         pattern_hits=obs.pattern_hits,
         tail=_tail_lines(obs.tail),
     )

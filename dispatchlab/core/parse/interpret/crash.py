@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import Crash, Event, Frame, PhaseSpan
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.parse.vocabulary import (
@@ -16,26 +17,26 @@ from dispatchlab.core.parse.vocabulary import (
     rank_sort_key,
 )
 
-WRAPPER_EXCEPTIONS = re.compile(
+WRAPPER_EXCEPTIONS = lazy_compile(
     r"Engine core initialization failed|EngineDeadError|EngineCore encountered an issue|"
     r"Initialization failed\.|scheduler died during initialization|Worker failed with error|"
     r"^SystemExit$|^KeyboardInterrupt$|ChildProcessError|^(?:Base)?ExceptionGroup\b"
 )
-DRAFT_FRAME = re.compile(
+DRAFT_FRAME = lazy_compile(
     r"speculative/|eagle_worker|eagle_draft|draft_|_nextn|nextn\.py|mtp|EagleDraft|multi_layer_eagle", re.I
 )
-CAPTURE_FRAME = re.compile(r"cuda_graph|capture|CudaGraphRunner|graph_runner", re.I)
-LOAD_FRAME = re.compile(
+CAPTURE_FRAME = lazy_compile(r"cuda_graph|capture|CudaGraphRunner|graph_runner", re.I)
+LOAD_FRAME = lazy_compile(
     r"load_model|load_weights|model_loader|get_quant_method|create_weights|process_weights_after_loading|weight_loader"
 )
-KV_FRAME = re.compile(
+KV_FRAME = lazy_compile(
     r"init_memory_pool|alloc_memory_pool|KVCacheConfigurator|profile_max_num_token|kv_cache|determine_available_memory|initialize_kv_cache"
 )
-RUNTIME_FRAME = re.compile(
+RUNTIME_FRAME = lazy_compile(
     r"forward_extend|forward_decode|run_batch|event_loop|execute_model|step_with_batch_queue|_process_input_queue"
 )
-_CAPTURE_FAILED = re.compile(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (.*)")
-_GROUP = re.compile(r"(?:Base)?ExceptionGroup$")
+_CAPTURE_FAILED = lazy_compile(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph failed: (.*)")
+_GROUP = lazy_compile(r"(?:Base)?ExceptionGroup$")
 
 
 class Candidate(NamedTuple):

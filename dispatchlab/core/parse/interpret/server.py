@@ -6,14 +6,15 @@ import re
 from typing import Any
 
 from dispatchlab.core import arch as archmod
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import Gpu, Traceback
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.serverargs import canonical_sglang_flag
 
 _MODULE_MENTION = {
-    "sglang": re.compile(r"\bsglang[./](?:srt|launch_server)|\bsglang\.launch_server\b"),
-    "vllm": re.compile(r"\bvllm[./](?:entrypoints|engine|v1|model_executor|worker|config)"),
-    "tensorrt_llm": re.compile(r"\btensorrt_llm\b|\[TensorRT-LLM\]"),
+    "sglang": lazy_compile(r"\bsglang[./](?:srt|launch_server)|\bsglang\.launch_server\b"),
+    "vllm": lazy_compile(r"\bvllm[./](?:entrypoints|engine|v1|model_executor|worker|config)"),
+    "tensorrt_llm": lazy_compile(r"\btensorrt_llm\b|\[TensorRT-LLM\]"),
 }
 
 

@@ -9,9 +9,9 @@ inferred and quotes the line that says so most directly. A tie, or nothing, leav
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.extract.servers import STRONG
 from dispatchlab.core.parse.interpret.server import decide_engine
 from dispatchlab.core.parse.observations import Observations
@@ -21,7 +21,7 @@ SERVERS = ("sglang", "vllm")
 _FRAME_WEIGHT_CAP = 3
 # SGLang imports some of vLLM's layers, so vLLM frames appear in SGLang logs; vLLM never runs SGLang code
 _SGLANG_FRAME_BONUS = 2
-_IN_PACKAGE = {server: re.compile(rf"(?:^|[/\\]){server}[/\\]") for server in SERVERS}
+_IN_PACKAGE = {server: lazy_compile(rf"(?:^|[/\\]){server}[/\\]") for server in SERVERS}
 
 
 def _weights(obs: Observations) -> dict[str, int]:
