@@ -57,8 +57,9 @@ def main() -> int:
     from django.test import Client
 
     from dispatchlab.core import analyze_paths
+    from dispatchlab.reports.analysis import report_analyze
     from dispatchlab.reports.models import Membership, Project, Report
-    from dispatchlab.reports.services import report_analyze, report_submit
+    from dispatchlab.reports.submit import report_submit
 
     analyze_paths([log])  # warm: compiled rules, knowledge base, the file in the OS cache
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """From raw log bytes to a ParsedLog, in three named stages.
 
-1. scan (`scan.py`, `chunkscan.py`, `scanner.py`): one pass over the bytes; a multi-pattern prefilter
+1. scan (`scan.py`, `chunkscan.py`, `parallelscan.py`, `scanner.py`): one pass over the bytes; a multi-pattern prefilter
    finds the few interesting lines; their rule hits go to
 2. the extractors (`extract/`): arguments, environment, milestones, backends, failures, metrics; each
    owns its rules and only appends to one `Observations` record;

@@ -17,15 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
-from dispatchlab.core.parse.chunkscan import (
-    WORKER_CHUNK_BYTES,
-    ChunkScan,
-    Hit,
-    parallel_workers,
-    scan_chunk,
-    scan_file_in_parallel,
-    scan_pieces_in_parallel,
-)
+from dispatchlab.core.parse.chunkscan import ChunkScan, Hit, scan_chunk
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
@@ -42,6 +34,12 @@ from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_
 from dispatchlab.core.parse.lineformat import Line, split_line
 from dispatchlab.core.parse.model import PatternHit, RunSummary
 from dispatchlab.core.parse.observations import Observations
+from dispatchlab.core.parse.parallelscan import (
+    WORKER_CHUNK_BYTES,
+    parallel_workers,
+    scan_file_in_parallel,
+    scan_pieces_in_parallel,
+)
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.parse.vocabulary import (
     MAX_MESSAGE,

@@ -1,0 +1,358 @@
+"""Big logs scanned in parallel: a plain file in line-aligned segments, one forked worker per core, and a
+stream (a .gz) in pieces handed to forked workers; each worker runs chunkscan.scan_chunk and sends its
+results back as they come, so the parse reads them in order with flat memory."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import os
+import pickle
+import queue
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from dispatchlab.core.parse.chunkscan import ChunkScan, scan_chunk
+from dispatchlab.core.parse.scanner import Scanner
+from dispatchlab.core.reading import MAX_LINE_BYTES, normalise_chunk, rest_of_long_line
+
+SEGMENT_BYTES = 16 * 1024 * 1024  # what one worker runs ahead: its results wait in memory
+# ---------------------------------------------------------------- segments of a big plain file, in parallel
+MIN_SEGMENT_BYTES = 8 * 1024 * 1024
+WORKER_CHUNK_BYTES = 4 * 1024 * 1024  # small chunks keep each worker's memory flat
+
+
+def _segment_bounds(path: Path, size: int, workers: int) -> list[tuple[int, int]]:
+    """Line-aligned (start, end) pieces, a few per worker so that none waits on a slow one."""
+    step = max(MIN_SEGMENT_BYTES, min(SEGMENT_BYTES, size // (workers * 4) + 1))
+    bounds = [0]
+    with path.open("rb") as handle:
+        for nominal in range(step, size, step):
+            handle.seek(nominal)
+            newline = handle.read(1 << 20).find(b"\n")
+            if newline < 0:
+                continue
+            cut = nominal + newline + 1
+            if bounds[-1] < cut < size:
+                bounds.append(cut)
+    bounds.append(size)
+    return list(itertools.pairwise(bounds))
+
+
+def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
+    """Normalised, newline-terminated chunks of bytes [start, end) of an open file."""
+    handle.seek(start)
+    remaining = end - start
+    carry = b""
+    overlong = False
+    while remaining > 0:
+        block = handle.read(min(WORKER_CHUNK_BYTES, remaining))
+        if not block:
+            break
+        remaining -= len(block)
+        if overlong:  # the rest of a line past MAX_LINE_BYTES is dropped, as iter_chunks drops it
+            block, overlong = rest_of_long_line(block)
+            if overlong:
+                continue
+        cut = len(block) if remaining <= 0 else block.rfind(b"\n") + 1
+        if cut == 0:
+            carry += block
+            if len(carry) >= MAX_LINE_BYTES:
+                carry, overlong = carry[:MAX_LINE_BYTES], True
+            continue
+        # one copy at most: the carried partial line joined to the block up to its last newline
+        chunk = (
+            b"".join((carry, memoryview(block)[:cut]))
+            if carry
+            else block
+            if cut == len(block)
+            else block[:cut]
+        )
+        carry = block[cut:]
+        yield normalise_chunk(chunk if chunk.endswith(b"\n") else chunk + b"\n")
+    if carry:
+        yield normalise_chunk(carry + b"\n")
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: int
+    end: int
+    text: Path | None  # where to write its normalised text, for the line index
+
+
+def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> Iterator[ChunkScan]:
+    next_sample = 0
+    with path.open("rb") as handle, contextlib.ExitStack() as stack:
+        text = stack.enter_context(segment.text.open("wb")) if segment.text else None
+        for chunk in _chunks_between(handle, segment.start, segment.end):
+            scan = scan_chunk(scanner, chunk, stride, next_sample, checkpoints=text is not None)
+            next_sample = scan.next_sample
+            if text is not None:
+                text.write(chunk)
+            yield scan
+
+
+def parallel_workers() -> int:
+    configured = os.environ.get("DISPATCHLAB_PARSE_WORKERS")
+    if configured:
+        return max(1, int(configured))
+    if not hasattr(os, "fork"):
+        return 1
+    return min(os.cpu_count() or 1, 8)
+
+
+def _keep_freed_memory() -> None:
+    """glibc hands big freed buffers back to the kernel and faults them in again for the next chunk; a
+    scan worker reuses them instead (its memory stays a few chunks' worth)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 64 * 1024 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 256 * 1024 * 1024)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: the default allocator is fine, only slower
+
+
+_SEGMENT_END = b""
+_QUEUED_SCANS = 3  # per worker: how far it may run ahead of the parse reading its results
+
+
+def _send(out: BinaryIO, payload: bytes) -> None:
+    out.write(len(payload).to_bytes(8, "little"))
+    out.write(payload)
+
+
+def _worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int, out: BinaryIO) -> None:
+    """Each chunk's scan is sent as soon as it is made (a segment's worth held at once took hundreds of MB
+    on a crash loop); an empty message closes a segment, once its text part is written whole."""
+    _keep_freed_memory()
+    for segment in segments:
+        for scan in scan_segment(scanner, path, segment, stride):
+            _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+        _send(out, _SEGMENT_END)
+        out.flush()
+
+
+def _read_exactly(reader: BinaryIO, size: int) -> bytes | None:
+    data = reader.read(size)
+    return data if len(data) == size else None
+
+
+def _pump(reader: BinaryIO, into: queue.Queue[bytes | None], stop: threading.Event) -> None:
+    """Moves one worker's messages from its pipe to a bounded queue: the worker ahead keeps scanning while
+    the parse reads the one behind, and blocks when it is too far ahead (memory stays flat)."""
+    message: bytes | None = b""
+    while message is not None and not stop.is_set():
+        header = _read_exactly(reader, 8)
+        message = None if header is None else _read_exactly(reader, int.from_bytes(header, "little"))
+        while not stop.is_set():
+            try:
+                into.put(message, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+
+
+def _die_with_parent(parent: int) -> None:
+    """A parse killed with SIGKILL takes its scan workers along: left running they would write parts of
+    the text copy into a folder the resumed parse is clearing, and hold the CPU it needs."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
+
+
+def _fork_worker(scanner: Scanner, path: Path, segments: list[Segment], stride: int) -> tuple[int, BinaryIO]:
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: scan, send, and leave without running the parent's cleanup
+        os.close(read_end)
+        _die_with_parent(parent)
+        code = 0
+        try:
+            with os.fdopen(write_end, "wb") as out:
+                _worker(scanner, path, segments, stride, out)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    return pid, os.fdopen(read_end, "rb")
+
+
+def scan_file_in_parallel(
+    scanner: Scanner,
+    path: Path,
+    size: int,
+    stride: int,
+    workers: int,
+    *,
+    text_parts: Path | None = None,
+    text_done: Callable[[Path], None] | None = None,
+) -> Iterator[ChunkScan]:
+    """ChunkScans of a plain file, in file order, computed by `workers` forked processes.
+
+    Plain os.fork, not multiprocessing: a Celery prefork child is a daemon, which may not have children
+    of multiprocessing's own, and the warm worker should parse as fast as the command line. Worker w scans
+    segments w, w + workers, ...; results come back through a pipe each, read in file order."""
+    bounds = _segment_bounds(path, size, workers)
+    segments = [
+        Segment(a, b, text_parts / f"part-{i}" if text_parts else None) for i, (a, b) in enumerate(bounds)
+    ]
+    workers = min(workers, len(segments))
+    children = [_fork_worker(scanner, path, segments[w::workers], stride) for w in range(workers)]
+    stop = threading.Event()
+    queues: list[queue.Queue[bytes | None]] = [queue.Queue(_QUEUED_SCANS) for _ in children]
+    pumps = [
+        threading.Thread(target=_pump, args=(reader, into, stop), daemon=True)
+        for (_pid, reader), into in zip(children, queues, strict=True)
+    ]
+    for pump in pumps:
+        pump.start()
+    try:
+        for index in range(len(segments)):
+            messages = queues[index % workers]
+            while True:
+                message = messages.get()
+                if message is None:
+                    raise RuntimeError(f"a scan worker stopped before finishing {path.name}")
+                if message == _SEGMENT_END:
+                    break
+                yield pickle.loads(message)
+            part = segments[index].text
+            if part is not None and text_done is not None:
+                text_done(part)  # written whole before its segment's end was sent
+    finally:
+        stop.set()
+        for pid, _reader in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for pump in pumps:
+            pump.join()
+        for _pid, reader in children:
+            reader.close()
+
+
+# ---------------------------------------------------------------- pieces of a stream (a .gz), in parallel
+_PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
+
+
+def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: BinaryIO) -> None:
+    _keep_freed_memory()
+    while (header := _read_exactly(pieces, 16)) is not None:
+        size, stride = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:], "little")
+        piece = _read_exactly(pieces, size) if size else None
+        if piece is None:
+            return
+        scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints)
+        _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
+        out.flush()
+
+
+def _fork_piece_worker(scanner: Scanner, checkpoints: bool) -> tuple[int, BinaryIO, BinaryIO]:
+    to_child, from_parent = os.pipe()
+    to_parent, from_child = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        os.close(from_parent)
+        os.close(to_parent)
+        _die_with_parent(parent)
+        code = 0
+        try:
+            with os.fdopen(to_child, "rb") as pieces, os.fdopen(from_child, "wb") as out:
+                _piece_worker(scanner, checkpoints, pieces, out)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(to_child)
+    os.close(from_child)
+    return pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
+
+
+def _feed_pieces(into: BinaryIO, pieces: queue.Queue[tuple[int, memoryview]], stop: threading.Event) -> None:
+    """Writes the pieces handed to one worker into its pipe, each after its size and the stride to sample it
+    at (a thread: the parse reads results meanwhile)."""
+    with contextlib.suppress(OSError):
+        while not stop.is_set():
+            try:
+                stride, piece = pieces.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            into.write(len(piece).to_bytes(8, "little") + stride.to_bytes(8, "little"))
+            into.write(piece)
+            into.flush()
+
+
+def scan_pieces_in_parallel(
+    scanner: Scanner,
+    pieces: Iterator[memoryview],
+    stride: Callable[[], int],
+    workers: int,
+    *,
+    checkpoints: bool = False,
+) -> Iterator[tuple[memoryview, ChunkScan]]:
+    """(piece, its scan) in order, the pieces (line-aligned, of a decompressed stream) scanned by `workers`
+    forked processes: the parse decompresses and reads the results, the workers scan. Each piece starts its
+    statistics sampling afresh, as each segment of a plain file does, at the parse's stride of the moment
+    (a compressed log's size says little of its lines: the parse widens the stride as points pile up)."""
+    children = [_fork_piece_worker(scanner, checkpoints) for _ in range(workers)]
+    stop = threading.Event()
+    outgoing: list[queue.Queue[tuple[int, memoryview]]] = [queue.Queue(1) for _ in children]
+    results: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD + 1) for _ in children]
+    threads = [
+        threading.Thread(target=_feed_pieces, args=(child[1], send, stop), daemon=True)
+        for child, send in zip(children, outgoing, strict=True)
+    ] + [
+        threading.Thread(target=_pump, args=(child[2], into, stop), daemon=True)
+        for child, into in zip(children, results, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    in_flight: collections.deque[tuple[int, memoryview]] = collections.deque()
+
+    def finished() -> tuple[memoryview, ChunkScan]:
+        worker, piece = in_flight.popleft()
+        message = results[worker].get()
+        if not message:
+            raise RuntimeError("a scan worker stopped before finishing its piece")
+        return piece, pickle.loads(message)
+
+    try:
+        for number, piece in enumerate(pieces):
+            worker = number % workers
+            outgoing[worker].put((stride(), piece))
+            in_flight.append((worker, piece))
+            while len(in_flight) > workers * _PIECES_AHEAD:
+                yield finished()
+        while in_flight:
+            yield finished()
+    finally:
+        stop.set()
+        for pid, _writer, _reader in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        for thread in threads:
+            thread.join()
+        for _pid, writer, reader in children:
+            with contextlib.suppress(OSError):
+                writer.close()
+            reader.close()
