@@ -49,7 +49,8 @@ def test_the_header_the_diagnosis_the_timeline_and_the_log_viewer_point_at_one_l
     if timeline_crash.count():
         assert timeline_crash.first.get_attribute("href").endswith(f"#L{line}")
     else:  # a drawn chart: its crash marker's line is in the figure's data
-        page.wait_for_function("document.querySelector('#timeline-chart .main-svg') !== null")
+        # a locator wait, not wait_for_function: the page's CSP refuses the eval that a string predicate needs
+        page.locator("#timeline-chart .main-svg").first.wait_for()
         marker = page.evaluate(
             "JSON.parse(document.getElementById('timeline-fig').textContent).data"
             ".filter(t => t.name === 'crash').flatMap(t => t.customdata.map(p => p[1]))"
