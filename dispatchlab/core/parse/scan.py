@@ -62,6 +62,8 @@ EXTRACTORS: tuple[type[Extractor], ...] = (
     Failures,
 )
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
+# Hyperscan's cheaper stand-ins for rules it scans slowly (see scanner.py)
+GATES: dict[str, str] = {name: gate for cls in EXTRACTORS for name, gate in getattr(cls, "GATES", {}).items()}
 _WANTS = {cls: frozenset(cls.RULES) | cls.READS for cls in EXTRACTORS}  # the rules each extractor reads
 PARALLEL_MIN_BYTES = 8 * 1024 * 1024
 PARALLEL_MIN_COMPRESSED_BYTES = 1024 * 1024  # about ten times that once decompressed
@@ -106,7 +108,7 @@ class CompiledRules:
     def __init__(self, extra: ExtraPatterns) -> None:
         self.names = list(RULES)
         self.extra = extra
-        self.scanner = Scanner([*RULES.values(), *extra.patterns])
+        self.scanner = Scanner([*RULES.values(), *extra.patterns], [GATES.get(name) for name in self.names])
         self.rule_count = len(self.names)
 
 

@@ -2,7 +2,9 @@
 
 Every rule is a Python regex over a line's message. With Hyperscan installed, all rules are compiled into
 one database (prefilter mode, anchors dropped, so its hits are a superset) and scanned over each 16 MiB chunk;
-Python then confirms only the rules that hit, on only the lines they hit. Without Hyperscan, the fallback skips
+Python then confirms only the rules that hit, on only the lines they hit. A rule whose own form is slow for
+Hyperscan (no literal to look for: twelve words in a row) may give a gate instead: a cheaper expression that
+matches every line the rule matches, scanned in its place (tests/core/test_scanner_gates.py checks it). Without Hyperscan, the fallback skips
 the high-volume routine lines with one anchored match and tries every rule on the rest. Both give the same
 answer: the routine lines never match a rule (tests/core/test_scanner.py checks that).
 """
@@ -35,7 +37,7 @@ _DOLLAR = lazy_compile(r"(?<!\\)\$")
 
 
 # bump when _to_hyperscan changes: cached databases built by the old translation are then ignored
-_TRANSLATION = 3
+_TRANSLATION = 4
 
 
 def _to_hyperscan(pattern: str) -> tuple[bytes, int]:
@@ -65,8 +67,10 @@ def hyperscan_enabled() -> bool:
 class Scanner:
     """Maps a line-aligned chunk to {line_start_offset: set(rule ids)} for the lines any rule may match."""
 
-    def __init__(self, patterns: Sequence[str]) -> None:
+    def __init__(self, patterns: Sequence[str], gates: Sequence[str | None] = ()) -> None:
         self.patterns = list(patterns)
+        # per pattern: what Hyperscan scans in its place (None: the pattern itself)
+        self.gates = [*gates, *[None] * (len(self.patterns) - len(gates))]
         self._compiled: list[re.Pattern[str] | None] = [None] * len(self.patterns)
         self.db: Any = None
         self.python_only: list[int] = []
@@ -83,7 +87,8 @@ class Scanner:
     def _compile_hyperscan(self) -> None:
         assert _hs is not None
         # keyed by the patterns as given: a warm start translates none of them
-        cached = cache_path("hs", (getattr(_hs, "__version__", ""), _TRANSLATION, self.patterns), ".db")
+        key = (getattr(_hs, "__version__", ""), _TRANSLATION, self.patterns, self.gates)
+        cached = cache_path("hs", key, ".db")
         stored = read_cached(cached)
         if stored is not None:
             try:
@@ -95,8 +100,8 @@ class Scanner:
                 pass
         base = _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY
         entries = []
-        for index, pattern in enumerate(self.patterns):
-            expression, extra = _to_hyperscan(pattern)
+        for index, (pattern, gate) in enumerate(zip(self.patterns, self.gates, strict=True)):
+            expression, extra = _to_hyperscan(gate or pattern)
             entries.append((expression, index, base | extra))
         try:
             self.db = self._build(entries)
