@@ -1,6 +1,6 @@
 """Every shape of log at full speed in flat memory: one table, one line per shape (and its .gz).
 
-    python bench/log_shapes.py [--size 100MB] [--shapes crash_loop,ranks64] [--no-gz] [--runs 1]
+    python bench/log_shapes.py [--size 100MB] [--shapes crash_loop,ranks64] [--no-gz] [--runs 1] [--repeat 10]
 
 Generates (once, under bench/out/shapes/) each shape of bench/shapes.py at --size bytes and a .gz of it,
 then times on the same file, in the same run: the shared 224-pattern grep reference
@@ -8,7 +8,8 @@ then times on the same file, in the same run: the shared 224-pattern grep refere
 (every rule and knowledge-base pattern, bench/parse_throughput.py), and `dispatchlab match --json`. For a
 .gz both greps read `gzip -dc FILE |`. MB/s is of the uncompressed bytes; `tree MB` is the peak PSS of the
 whole process tree (forked scan workers counted); the goals: >= 100 MB/s and < 150 MB on every shape.
-Also prints the start-up time of `dispatchlab match` on a one-line log.
+`--repeat 10` times each shape's file written ten times over, one after the other: the shared bench's 1 GiB
+reference is its 100 MB log repeated ten times (../shared/bench/README.md). Also prints the start-up time of `dispatchlab match` on a one-line log.
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ def shape_file(name: str, size: int) -> Path:
         SHAPES[name](tmp, size)
         tmp.rename(path)
     return path
+
+
+def repeated_file(path: Path, times: int) -> Path:
+    if times <= 1:
+        return path
+    out = path.with_name(f"{path.stem}-x{times}.log")
+    if not out.exists():
+        print(f"writing {out.name} ...", file=sys.stderr)
+        tmp = out.with_suffix(".tmp")
+        with tmp.open("wb") as dst:
+            for _ in range(times):
+                with path.open("rb") as src:
+                    shutil.copyfileobj(src, dst, 1 << 22)
+        tmp.rename(out)
+    return out
 
 
 def gz_file(path: Path) -> Path:
@@ -86,11 +102,15 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ",".join(SHAPES))
     parser.add_argument("--no-gz", action="store_true", help="skip the .gz of each shape")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1, help="each shape's file this many times over")
     args = parser.parse_args()
     own_patterns = OUT / "patterns.ere"
     OUT.mkdir(parents=True, exist_ok=True)
     pattern_file(own_patterns)
-    print(f"cores: {os.cpu_count()}, size per shape: {args.size / 1e6:,.0f} MB, runs: {args.runs} (median)")
+    repeat = f" x {args.repeat}" if args.repeat > 1 else ""
+    print(
+        f"cores: {os.cpu_count()}, size per shape: {args.size / 1e6:,.0f} MB{repeat}, runs: {args.runs} (median)"
+    )
     print(f"start-up: dispatchlab match on a one-line log {startup_ms():.0f} ms")
     header = (
         f"{'shape':<20} {'MB':>6} {'grep224 s':>9} {'own grep s':>10} {'match s':>8} {'cpu s':>6} "
@@ -100,7 +120,7 @@ def main() -> None:
     print("-" * len(header))
     failed = []
     for name in args.shapes.split(","):
-        plain = shape_file(name, int(args.size))
+        plain = repeated_file(shape_file(name, int(args.size)), args.repeat)
         for log in (plain,) if args.no_gz else (plain, gz_file(plain)):
             mb = plain.stat().st_size / 1e6
             grep224 = best([grep_run(SHARED_PATTERNS, log) for _ in range(args.runs)])
