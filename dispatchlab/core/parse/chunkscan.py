@@ -59,24 +59,28 @@ class Repeats:
     first_line: int  # the chunk line that `text` starts with (the line before the first repeated block)
     packed: bytes  # the lines the hits are read from, compressed (a crash loop's shrink 30 times)
     previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
-    cursor: tuple[int, int] = (-1, 0)  # (line, offset) of the last line looked up: the next is near it
+    block_lines: int = 0
     text: bytes | None = None  # `packed` unpacked, in the parsing process, on first use
+    # every block holds the same lines but for their digits' values: the same bytes at the same offsets. Where
+    # each line of a block starts from the block's start (and the next block), and where the first block starts
+    starts: list[int] = field(default_factory=list)
+    head: int = 0
 
     def line(self, number: int) -> bytes:
-        """Line `number` of the chunk, found from the last one looked up (no list of a chunk's lines)."""
-        if self.text is None:
-            self.text = zlib.decompress(self.packed)
+        """Line `number` of the chunk, found from the blocks' shape (no list of a chunk's lines)."""
         text = self.text
-        line, offset = self.cursor if self.cursor[0] >= 0 else (self.first_line, 0)
-        while line < number:
-            offset = text.find(b"\n", offset) + 1
-            line += 1
-        while line > number:
-            offset = text.rfind(b"\n", 0, offset - 1) + 1
-            line -= 1
-        self.cursor = (line, offset)
-        end = text.find(b"\n", offset)
-        return text[offset : len(text) if end < 0 else end]
+        if text is None:
+            text = self.text = zlib.decompress(self.packed)
+            head = self.head = text.index(b"\n") + 1
+            self.starts = [0]
+            for _ in range(self.block_lines):
+                self.starts.append(text.index(b"\n", head + self.starts[-1]) + 1 - head)
+        after = number - self.first_line - 1  # lines after the one before the first block
+        if after < 0:
+            return text[: self.head - 1]
+        block, line = divmod(after, self.block_lines)
+        offset, starts = self.head + block * self.starts[-1], self.starts
+        return text[offset + starts[line] : offset + starts[line + 1] - 1]
 
 
 @dataclass
@@ -416,6 +420,6 @@ def _repeated_blocks(
     # the repeated blocks' text, from the line before them (a bare traceback's `previous`)
     text_start = chunk.rfind(b"\n", 0, offsets[2] - 1) + 1
     packed = zlib.compress(chunk[text_start : offsets[-1]], 1)
-    repeats = Repeats(first_hit, count, first + size - 1, packed, previous)
+    repeats = Repeats(first_hit, count, first + size - 1, packed, previous, size)
     columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size)
     return repeats, (first_hit - len(block_hits), len(block_hits), blocks)
