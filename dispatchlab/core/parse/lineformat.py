@@ -8,11 +8,28 @@ TRT-LLM `[TRT-LLM] [I]`, syslog.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from dispatchlab.core.lazyre import lazy_compile
 
 _VLLM_HEAD = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}"
+
+
+class _Gated:
+    """A pattern tried only on text where a quick search finds a piece every match of it holds: its
+    backtracking took milliseconds to fail on a megabyte line without it."""
+
+    def __init__(self, piece: re.Pattern[str], pattern: re.Pattern[str]) -> None:
+        self.piece = piece
+        self.pattern = pattern
+
+    def match(self, text: str) -> re.Match[str] | None:
+        if "|" not in text or self.piece.search(text) is None:
+            return None
+        return self.pattern.match(text)
+
+
 _ANSI = lazy_compile(r"\x1b\[[\d;]*m")
 _WRAPPERS = [
     lazy_compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "
@@ -24,7 +41,10 @@ _WRAPPERS = [
         r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - (?=" + _VLLM_HEAD + ")"
     ),
     # a tqdm bar the vLLM line was printed after: "...  0%|          | 0/500 [00:00<?, ?it/s]INFO 07-09 ..."
-    lazy_compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
+    _Gated(
+        lazy_compile(r"\](?=" + _VLLM_HEAD + ")"),
+        lazy_compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
+    ),
 ]
 _TORCHRUN = lazy_compile(r"^\[(?:default)?rank(\d+)\]:\s?")
 _RAY = lazy_compile(r"^\((?P<actor>[A-Za-z]\w*) pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s*")
@@ -102,10 +122,15 @@ def vllm_rank(proc: str | None, vrank: str | None) -> str | None:
     return proc
 
 
+def _has_escape(text: str) -> bool:
+    # one character first: a search for two took a millisecond on a megabyte line
+    return "\x1b" in text and "\x1b[" in text
+
+
 def _unwrap(text: str) -> tuple[str, str | None]:
     """Strip wrappers (compose, docker -t, syslog, torchrun, Ray actors): the text and a torchrun rank."""
     rank: str | None = None
-    if "\x1b[" in text:
+    if _has_escape(text):
         text = _ANSI.sub("", text)  # Ray colours its actor prefixes
     for _ in range(3):
         for wrapper in _WRAPPERS:
@@ -197,7 +222,7 @@ _INDENTS = (" ", "\t")
 
 def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
     """Strip the known prefixes of one line (already decoded, without newline)."""
-    if raw[:1] in _INDENTS and "|" not in raw and "Line " not in raw and "\x1b[" not in raw:
+    if raw[:1] in _INDENTS and "|" not in raw and "Line " not in raw and not _has_escape(raw):
         # an indented line (a traceback's frames and code): no prefix can start with a space
         return Line(number, raw, _strip_gutter(raw), None, None, None, "plain", False)
     text, rank = _unwrap(raw)
