@@ -25,6 +25,7 @@ CONTINUED = (
     b"api_server",
 )
 _DIGITS = b"0123456789"
+_NEWLINE = ord("\n")
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
@@ -107,6 +108,15 @@ class ChunkScan:
 
     def __len__(self) -> int:
         return len(self.hit_lines)
+
+    def lone_line(self, number: int) -> bytes | None:
+        """The line of a hit read line by line with no lines around it sent; None for any other hit."""
+        repeats = self.repeats
+        if number in self.context or (
+            repeats is not None and repeats.first_hit <= number < repeats.first_hit + repeats.count
+        ):
+            return None
+        return self.hit_text[self.hit_ends[number - 1] if number else 0 : self.hit_ends[number]]
 
     def hit(self, number: int) -> Hit:
         line = self.hit_lines[number]
@@ -295,35 +305,57 @@ class _Others:
         return index, cursor
 
 
-def _period(lines: list[bytes]) -> tuple[int, int, int] | None:
-    """(first line, block lines, blocks) of the longest stretch found where each block of lines is the block
-    before it again: a probe line's next copies give the candidate block lengths (a crash loop's run, or
-    within it one rank's lines)."""
-    total = len(lines)
+def _period(text: bytes) -> tuple[int, int, int] | None:
+    """(offset, block bytes, blocks) of the longest stretch found where each block of lines is the block before
+    it again: a probe line's next copies give the candidate block lengths (a crash loop's run, or within it one
+    rank's lines). Byte offsets in the text, not a list of its lines: splitting a chunk cost more than this."""
+    total = len(text)
     best: tuple[int, int, int] | None = None
-    for start in (0, total // 3, 2 * total // 3):
-        probe_at = next((i for i in range(start, min(total, start + 64)) if len(lines[i]) >= 24), -1)
+    for third in (0, total // 3, 2 * total // 3):
+        start = text.find(b"\n", third - 1) + 1 if third else 0
+        if third and start == 0:
+            continue
+        probe_at = -1
+        for _ in range(64):  # the first line of 24 bytes or more from there
+            end = text.find(b"\n", start)
+            if end < 0:
+                break
+            if end - start >= 24:
+                probe_at = start
+                break
+            start = end + 1
         if probe_at < 0:
             continue
-        probe, seen = lines[probe_at], probe_at
+        needle = b"\n" + text[probe_at : end + 1]
+        seen = counted = probe_at
+        lines = 0
         for _ in range(_MAX_PROBE_COPIES):
-            try:
-                seen = lines.index(probe, seen + 1)
-            except ValueError:
+            seen = text.find(needle, seen) + 1  # the probe's next copy
+            if seen == 0:
                 break
             size = seen - probe_at
-            if size > _MAX_BLOCK_LINES or probe_at + 2 * size > total:
+            lines += text.count(b"\n", counted, seen)
+            counted = seen
+            if probe_at + 2 * size > total or lines > _MAX_BLOCK_LINES:
                 break
-            if lines[probe_at:seen] != lines[seen : seen + size]:
+            # the blocks' last bytes first: a whole block copied out to compare was most of the search
+            tail = min(size, 256)
+            if text[seen - tail : seen] != text[seen + size - tail : seen + size] or (
+                text[probe_at:seen] != text[seen : seen + size]
+            ):
                 continue
             blocks = 2
             while probe_at + (blocks + 1) * size <= total and (
-                lines[probe_at + (blocks - 1) * size : probe_at + blocks * size]
-                == lines[probe_at + blocks * size : probe_at + (blocks + 1) * size]
+                text[probe_at + (blocks - 1) * size : probe_at + blocks * size]
+                == text[probe_at + blocks * size : probe_at + (blocks + 1) * size]
             ):
                 blocks += 1
             begin = probe_at
-            while begin >= size and lines[begin - size : begin] == lines[begin : begin + size]:
+            while (
+                begin >= size
+                and (begin == size or text[begin - size - 1] == _NEWLINE)  # whole lines before it
+                and text[begin - size : begin] == text[begin : begin + size]
+            ):
                 begin -= size
                 blocks += 1
             if best is None or blocks * size > best[1] * best[2]:
@@ -390,20 +422,17 @@ def _repeated_blocks(
     sample = (middle, middle + _GATE_BYTES)
     if chunk.count(b"rror", *sample) + chunk.count(b'File "', *sample) < _MIN_ERROR_MARKS:
         return None  # a serving log, not a crash loop: not worth the search
-    lines = chunk.translate(_ONE_DIGIT).split(b"\n")  # its lines are as long as the chunk's
-    found = _period(lines)
+    text = chunk.translate(_ONE_DIGIT)  # its lines as long as the chunk's
+    found = _period(text)
     if found is None:
         return None
-    first, size, blocks = found
+    begin, length, blocks = found
     blocks -= 1  # the last block is read
     if blocks < 3:
         return None
-    offsets = [0]  # where lines first, first + size, ... start in the chunk
-    position = sum(map(len, lines[:first])) + first
-    for block in range(blocks + 1):
-        offsets.append(position)
-        start = first + block * size
-        position += sum(map(len, lines[start : start + size])) + size
+    first, size = text.count(b"\n", 0, begin), text.count(b"\n", begin, begin + length)
+    # where lines first, first + size, ... start in the chunk
+    offsets = [0, *(begin + block * length for block in range(blocks + 1))]
     columns.read(scanner, chunk, 0, offsets[2], 0)
     block_hits = [i for i, line in enumerate(columns.lines) if line >= first]
     if not block_hits or any(columns.context.get(i, (b"",))[0] for i in block_hits):
