@@ -85,6 +85,8 @@ _GUTTER = lazy_compile(r"^\s+(?:[|+](?:-+\+?[-\d ]*)?\s?)+")
 
 
 def _strip_gutter(text: str) -> str:
+    if "|" not in text and "+" not in text:  # a gutter has either
+        return text
     m = _GUTTER.match(text)
     return text[m.end() :] if m and m.end() < len(text) else text
 

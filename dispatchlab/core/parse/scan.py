@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
+from dispatchlab.core.parse import framelines
 from dispatchlab.core.parse.chunkscan import ChunkScan, Hit, scan_chunk
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
@@ -29,6 +30,7 @@ from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.extract.servers import ServerMentions
+from dispatchlab.core.parse.framelines import FramePlan, frame_plans, read_frame_line
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -108,6 +110,7 @@ class CompiledRules:
         self.extra = extra
         self.scanner = Scanner([*RULES.values(), *extra.patterns])
         self.rule_count = len(self.names)
+        self.frame_plans = frame_plans(self.names)
 
 
 @lru_cache(maxsize=8)
@@ -148,9 +151,11 @@ class Scan:
 
     def _make_extractors(self) -> None:
         made = {cls: cls(self.obs) for cls in EXTRACTORS}
-        failures = made[Failures]
+        failures, servers, environment = made[Failures], made[ServerMentions], made[Environment]
         assert isinstance(failures, Failures)
+        assert isinstance(servers, ServerMentions) and isinstance(environment, Environment)
         self.failures = failures  # it closes the tracebacks still open at the end
+        self.servers, self.environment = servers, environment  # they and failures read frame lines
         self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
@@ -193,6 +198,9 @@ class Scan:
             first = base + scan.hit_lines[0]
             scan.hit_keys[0] = hash((scan.first_content, first - self.last_hit_line))
             self.last_hit_line = base + scan.hit_lines[-1]
+        plans = [
+            self.rules.frame_plans.get(rules) if framelines.SHORTCUT else None for rules in scan.rule_sets
+        ]
         while number < total:
             index = scan.hit_lines[number]
             if si < len(samples) and samples[si][0] < index:
@@ -203,7 +211,14 @@ class Scan:
                 before = samples[si][0] if si < len(samples) else None
                 number = self._compare(scan, base, number, before)
                 continue
-            self._hit(scan.hit(number), base)
+            plan = plans[scan.hit_rules[number]]
+            raw = None if plan is None else scan.lone_line(number)
+            if raw is None:
+                self._hit(scan.hit(number), base)
+            else:
+                self._frame_hit(
+                    raw, base + index + 1, scan.hit_keys[number], plan, scan.rule_sets[scan.hit_rules[number]]
+                )
             number += 1
         for index, raw in samples[si:]:
             self._sample(raw, base + index + 1)
@@ -228,6 +243,20 @@ class Scan:
             # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
             self._note_process(split_line(base + hit.index, decode_line(hit.previous), self.obs.year))
         self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+
+    def _frame_hit(
+        self, raw: bytes, number: int, key: int, plan: FramePlan, rule_ids: tuple[int, ...] | None
+    ) -> None:
+        """`_hit` of a hit whose candidate rules are a frame line's (framelines)."""
+        if self.run_keys is not None:
+            self.run_keys.append(key)
+        self.current_key = key
+        line = split_line(number, decode_line(raw), self.obs.year)
+        if line.prefixed or line.time or line.style != "plain":
+            self._read_line(line, rule_ids, b"")
+            return
+        line.rank = self.last_process  # a bare line belongs to the process printing around it
+        read_frame_line(line, plan, self.rules.scanner.regex, self.servers, self.environment, self.failures)
 
     # ---------------------------------------------------------------- a crash loop's repeated runs
     def _compare(self, scan: ChunkScan, base: int, number: int, before: int | None) -> int:
@@ -345,8 +374,10 @@ class Scan:
             )
 
     def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
+        self._read_line(split_line(number, decode_line(raw), self.obs.year), rule_ids, following)
+
+    def _read_line(self, line: Line, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
         obs = self.obs
-        line = split_line(number, decode_line(raw), obs.year)
         if not line.prefixed:
             line.rank = self.last_process  # a bare line belongs to the process printing around it
         hits, extra = self._hits(line, rule_ids)
@@ -387,7 +418,10 @@ class Scan:
         base = self.rules.rule_count
         hits: Hits = {}
         extra: list[tuple[int, re.Match[str]]] = []
+        kept, most = self.obs.pattern_hits, self.rules.extra.max_hits
         for rule in range(len(self.rules.scanner.patterns)) if rule_ids is None else rule_ids:
+            if rule >= base and len(kept.get(rule - base, ())) >= most:
+                continue  # its hits are all kept: not searched again on each traceback of a flood
             m = regex(rule).search(line.msg)
             if m is None:
                 continue

@@ -138,23 +138,22 @@ NOT_KERNELS = {
 ERRORISH = lazy_compile(
     r"[Ee]rror|[Ee]xception|[Ff]ail|[Uu]nsupported|not supported|[Aa]ssert|[Ff]atal|No kernel|no kernel|requires"
 )
-# a piece of every ERRORISH match: substring tests first (the alternation, tried at every offset of a line,
-# cost a traceback flood's 100,000 frames seconds)
-_ERRORISH_MARKS = (
-    "rror",
-    "xception",
-    "ail",
-    "nsupported",
-    "not supported",
-    "ssert",
-    "atal",
-    "o kernel",
-    "requires",
-)
 
 
 def is_errorish(msg: str) -> bool:
-    return any(mark in msg for mark in _ERRORISH_MARKS) and ERRORISH.search(msg) is not None
+    # substring tests of a piece of each alternative first: the alternation, tried at every offset of a line,
+    # cost a traceback flood's 100,000 frames seconds
+    return (
+        "rror" in msg
+        or "xception" in msg
+        or "ail" in msg
+        or "nsupported" in msg
+        or "not supported" in msg
+        or "ssert" in msg
+        or "atal" in msg
+        or "o kernel" in msg
+        or "requires" in msg
+    ) and ERRORISH.search(msg) is not None
 
 
 def _printed_again(entry: Traceback | ErrorLine, rank: str | None) -> None:
@@ -274,6 +273,11 @@ class Failures:
         if "warning_line" in hits and not (hits.keys() & _ERROR_RULES):
             self._warning(line)
         return False
+
+    def frame_line(self, line: Line, frame: re.Match[str]) -> None:
+        """`handle` of a line whose only hit of this extractor's rules is tb_frame."""
+        self._frame(line, line.rank, frame)
+        self._kernels(line, {"tb_frame": frame})
 
     def finish(self) -> None:
         for key in list(self.open):
