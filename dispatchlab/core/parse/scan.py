@@ -89,6 +89,10 @@ _MAX_TEMPLATE_HITS = 20_000  # a run compared with the next holds this many hits
 _LOOP_RUNS = 20
 
 
+_ExtraHits = list[tuple[int, re.Match[str]]]  # (extra pattern, its match) of a line
+_ReadLine = tuple[Line, Hits, _ExtraHits]  # a line and its hits
+
+
 @dataclass(frozen=True)
 class RunTemplate:
     """The last run read line by line: its hits' keys (after its start line), the key of the start that
@@ -235,14 +239,18 @@ class Scan:
         else:
             self.metrics.sample(raw, number)
 
-    def _hit(self, hit: Hit, base: int) -> None:
+    def _hit(self, hit: Hit, base: int, read: _ReadLine | None = None) -> None:
         if self.run_keys is not None:
             self.run_keys.append(hit.key)
         self.current_key = hit.key
         if hit.previous:
             # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
             self._note_process(split_line(base + hit.index, decode_line(hit.previous), self.obs.year))
-        self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+        if read is None:
+            self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+        else:
+            read[0].number = base + hit.index + 1
+            self._read_line(read[0], hit.rules, hit.following, read[1:])
 
     def _frame_hit(
         self, raw: bytes, number: int, key: int, plan: FramePlan, rule_ids: tuple[int, ...] | None
@@ -281,20 +289,25 @@ class Scan:
             return number
         # the whole run repeated: is this the start that followed it?
         hit = scan.hit(number)
-        if hit.key == template.end_key and self._is_start(hit):
+        start = self._start_line(hit) if hit.key == template.end_key else None
+        if start is not None:
             self._replay_run(base + hit.index + 1)
             self.force_start = True
-            self._hit(hit, base)
+            self._hit(hit, base, start)
             self.force_start = False
         else:
             self._flush()
             self._hit(hit, base)
         return number + 1
 
-    def _is_start(self, hit: Hit) -> bool:
+    def _start_line(self, hit: Hit) -> _ReadLine | None:
+        """The hit's line and its hits where it starts a run (then read as they are: replaying the run before
+        changes nothing they depend on), else None."""
         line = split_line(0, decode_line(hit.raw), self.obs.year)
-        hits, _extra = self._hits(line, hit.rules)
-        return not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits)
+        hits, extra = self._hits(line, hit.rules)
+        if _ANY_START.isdisjoint(hits) or not self._is_banner(line, hits):
+            return None
+        return line, hits, extra
 
     def _flush(self) -> None:
         """The current run is not a repeat: its held hits go through the extractors after all."""
@@ -376,11 +389,17 @@ class Scan:
     def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
         self._read_line(split_line(number, decode_line(raw), self.obs.year), rule_ids, following)
 
-    def _read_line(self, line: Line, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
+    def _read_line(
+        self,
+        line: Line,
+        rule_ids: tuple[int, ...] | None,
+        following: bytes,
+        found: tuple[Hits, _ExtraHits] | None = None,
+    ) -> None:
         obs = self.obs
         if not line.prefixed:
             line.rank = self.last_process  # a bare line belongs to the process printing around it
-        hits, extra = self._hits(line, rule_ids)
+        hits, extra = self._hits(line, rule_ids) if found is None else found
         if not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits):
             if self.force_start or self._starts_run(line, hits):
                 self._new_run(line, replayed=self.force_start)
@@ -408,16 +427,14 @@ class Scan:
         if line.prefixed:
             self.last_process = line.rank
 
-    def _hits(
-        self, line: Line, rule_ids: tuple[int, ...] | None
-    ) -> tuple[Hits, list[tuple[int, re.Match[str]]]]:
+    def _hits(self, line: Line, rule_ids: tuple[int, ...] | None) -> tuple[Hits, _ExtraHits]:
         """The extractors' rules that match the line, and the extra patterns' (recorded once the line's run
         is known)."""
         regex = self.rules.scanner.regex
         names = self.rules.names
         base = self.rules.rule_count
         hits: Hits = {}
-        extra: list[tuple[int, re.Match[str]]] = []
+        extra: _ExtraHits = []
         kept, most = self.obs.pattern_hits, self.rules.extra.max_hits
         for rule in range(len(self.rules.scanner.patterns)) if rule_ids is None else rule_ids:
             if rule >= base and len(kept.get(rule - base, ())) >= most:

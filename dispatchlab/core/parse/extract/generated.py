@@ -101,10 +101,21 @@ def _may_repeat(run: str) -> bool:
 
 
 def _may_loop(msg: str) -> bool:
-    """Whether `_WORD_LOOP` may match: its word's copies between the first and the last are six words in a
-    row, space-separated, the same. Comparing the words costs a tenth of the search (4 ms on a long prompt)."""
+    """Whether `_WORD_LOOP` may match: its word's copies between the first and the last are six or more words
+    in a row, space-separated, the same, the word before them ends with it and the one after them starts with
+    it. Comparing the words costs a fifth of the search (3 ms on a long prompt)."""
     words = msg.split(" ")
-    return b"\x01" * 5 in bytes(map(operator.eq, words, words[1:]))
+    same = bytes(map(operator.eq, words, words[1:]))
+    at = same.find(_SIX_SAME)
+    while at >= 0:
+        word = words[at]
+        if 0 < at < len(words) - 6 and words[at - 1].endswith(word) and words[at + 6].startswith(word):
+            return True
+        at = same.find(_SIX_SAME, at + 1)
+    return False
+
+
+_SIX_SAME = b"\x01" * 5  # five neighbours equal: six words
 
 
 def _value(m: re.Match[str]) -> str:
