@@ -35,6 +35,8 @@ EDGES = "\n".join(
         "RuntimeError: No kernel found for the given options",
         '  File "/sgl-workspace/sglang/python/sglang/srt/managers/io.py", line 3, in orphan_after_the_exception',
         '[rank0]:   File "/workspace/vllm/vllm/v1/engine/core.py", line 80, in __init__',
+        '[rank1]:   File "/opt/app/main.py", line 3, in run',
+        '  File "/opt/app/serve.py", line 9, in loop',
         "  + Exception Group Traceback (most recent call last):",
         '  |   File "/usr/lib/python3.12/asyncio/runners.py", line 118, in run',
         '\tFile "/workspace/vllm/vllm/entrypoints/openai/serving_chat.py", line 300, in create_chat_completion',

@@ -277,7 +277,8 @@ class Failures:
     def frame_line(self, line: Line, frame: re.Match[str]) -> None:
         """`handle` of a line whose only hit of this extractor's rules is tb_frame."""
         self._frame(line, line.rank, frame)
-        self._kernels(line, {"tb_frame": frame})
+        if is_errorish(line.msg):  # what _kernels first asks of a frame
+            self._kernels(line, {"tb_frame": frame})
 
     def finish(self) -> None:
         for key in list(self.open):
@@ -369,7 +370,8 @@ class Failures:
             )
         current.request = current.request or _request_logged(line.raw)
         if len(current.tb.frames) < MAX_FRAMES:
-            current.tb.frames.append(Frame(g.group("file"), int(g.group("line")), g.group("func")))
+            file, number, function = g.group("file", "line", "func")
+            current.tb.frames.append(Frame(file, int(number), function))
 
     def _exception(self, line: Line, key: str | None, g: re.Match[str]) -> None:
         exc, text = g.group("exc"), (g.group("msg") or "").strip()
