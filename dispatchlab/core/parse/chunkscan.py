@@ -248,7 +248,7 @@ class _Columns:
             continues = (last == b"\\" or last.isspace() or b"erv" in raw) and _continues(raw)
             following = _following(chunk, offset) if continues else b""
             previous = b""
-            if b"Traceback" in raw and offset > 0 and raw.lstrip().startswith(b"Traceback"):
+            if offset > 0 and raw.lstrip().startswith(b"Traceback"):  # (no search through a long line)
                 previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
             if following or previous:
                 self.context[len(lines)] = (following, previous)

@@ -36,7 +36,7 @@ def frame_plans(names: list[str]) -> dict[tuple[int, ...], FramePlan]:
     """The candidate rule sets (sorted rule ids, as the scan gives them) of lines that may take the short way."""
     ids = {name: number for number, name in enumerate(names)}
     frame = ids["tb_frame"]
-    plans = {(frame,): FramePlan(frame)}
+    plans: dict[tuple[int, ...], FramePlan] = {(frame,): FramePlan(frame)}
     for name, server, weight in marker_rules():
         mention = ids[name]
         rule_set = tuple(sorted((frame, mention)))

@@ -32,7 +32,7 @@ class _Gated:
 
 
 _ANSI = lazy_compile(r"\x1b\[[\d;]*m")
-_WRAPPERS = [
+_WRAPPERS: list[re.Pattern[str] | _Gated] = [
     # (each with what _wrapper tests first: a '|' in the line; a '-' fifth; a space fourth; an 'L' or a space
     # first; a '-' fifth; a '|')
     lazy_compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "

@@ -202,8 +202,10 @@ class Scan:
             first = base + scan.hit_lines[0]
             scan.hit_keys[0] = hash((scan.first_content, first - self.last_hit_line))
             self.last_hit_line = base + scan.hit_lines[-1]
+        shortcut = framelines.SHORTCUT
         plans = [
-            self.rules.frame_plans.get(rules) if framelines.SHORTCUT else None for rules in scan.rule_sets
+            None if rules is None or not shortcut else self.rules.frame_plans.get(rules)
+            for rules in scan.rule_sets
         ]
         while number < total:
             index = scan.hit_lines[number]
@@ -217,7 +219,7 @@ class Scan:
                 continue
             plan = plans[scan.hit_rules[number]]
             raw = None if plan is None else scan.lone_line(number)
-            if raw is None:
+            if plan is None or raw is None:
                 self._hit(scan.hit(number), base)
             else:
                 self._frame_hit(
