@@ -44,6 +44,13 @@ def frame_plans(names: list[str]) -> dict[tuple[int, ...], FramePlan]:
     return plans
 
 
+def plans_for(
+    plans: dict[tuple[int, ...], FramePlan], rule_sets: list[tuple[int, ...] | None]
+) -> list[FramePlan | None]:
+    """Each of a chunk's rule sets' plan, None where its lines go the long way."""
+    return [None if rules is None or not SHORTCUT else plans.get(rules) for rules in rule_sets]
+
+
 def read_frame_line(
     line: Line,
     plan: FramePlan,

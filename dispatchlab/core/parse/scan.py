@@ -17,7 +17,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from dispatchlab.core.lineindex import LineIndexWriter
-from dispatchlab.core.parse import framelines
 from dispatchlab.core.parse.chunkscan import ChunkScan, Hit, scan_chunk
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
@@ -30,7 +29,7 @@ from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.extract.servers import ServerMentions
-from dispatchlab.core.parse.framelines import FramePlan, frame_plans, read_frame_line
+from dispatchlab.core.parse.framelines import FramePlan, frame_plans, plans_for, read_frame_line
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -202,11 +201,7 @@ class Scan:
             first = base + scan.hit_lines[0]
             scan.hit_keys[0] = hash((scan.first_content, first - self.last_hit_line))
             self.last_hit_line = base + scan.hit_lines[-1]
-        shortcut = framelines.SHORTCUT
-        plans = [
-            None if rules is None or not shortcut else self.rules.frame_plans.get(rules)
-            for rules in scan.rule_sets
-        ]
+        plans = plans_for(self.rules.frame_plans, scan.rule_sets)
         while number < total:
             index = scan.hit_lines[number]
             if si < len(samples) and samples[si][0] < index:
@@ -218,13 +213,8 @@ class Scan:
                 number = self._compare(scan, base, number, before)
                 continue
             plan = plans[scan.hit_rules[number]]
-            raw = None if plan is None else scan.lone_line(number)
-            if plan is None or raw is None:
+            if plan is None or not self._frame_hit(scan, base, number, plan):
                 self._hit(scan.hit(number), base)
-            else:
-                self._frame_hit(
-                    raw, base + index + 1, scan.hit_keys[number], plan, scan.rule_sets[scan.hit_rules[number]]
-                )
             number += 1
         for index, raw in samples[si:]:
             self._sample(raw, base + index + 1)
@@ -254,19 +244,24 @@ class Scan:
             read[0].number = base + hit.index + 1
             self._read_line(read[0], hit.rules, hit.following, read[1:])
 
-    def _frame_hit(
-        self, raw: bytes, number: int, key: int, plan: FramePlan, rule_ids: tuple[int, ...] | None
-    ) -> None:
-        """`_hit` of a hit whose candidate rules are a frame line's (framelines)."""
+    def _frame_hit(self, scan: ChunkScan, base: int, number: int, plan: FramePlan) -> bool:
+        """`_hit` of a hit whose candidate rules are a frame line's (framelines); False, having read nothing,
+        for a hit sent with lines around it or repeated."""
+        raw = scan.lone_line(number)
+        if raw is None:
+            return False
+        self.current_key = key = scan.hit_keys[number]
         if self.run_keys is not None:
             self.run_keys.append(key)
-        self.current_key = key
-        line = split_line(number, decode_line(raw), self.obs.year)
+        line = split_line(base + scan.hit_lines[number] + 1, decode_line(raw), self.obs.year)
         if line.prefixed or line.time or line.style != "plain":
-            self._read_line(line, rule_ids, b"")
-            return
-        line.rank = self.last_process  # a bare line belongs to the process printing around it
-        read_frame_line(line, plan, self.rules.scanner.regex, self.servers, self.environment, self.failures)
+            self._read_line(line, scan.rule_sets[scan.hit_rules[number]], b"")
+        else:
+            line.rank = self.last_process  # a bare line belongs to the process printing around it
+            read_frame_line(
+                line, plan, self.rules.scanner.regex, self.servers, self.environment, self.failures
+            )
+        return True
 
     # ---------------------------------------------------------------- a crash loop's repeated runs
     def _compare(self, scan: ChunkScan, base: int, number: int, before: int | None) -> int:
