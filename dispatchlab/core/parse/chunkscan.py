@@ -28,6 +28,7 @@ _DIGITS = b"0123456789"
 _NEWLINE = ord("\n")
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
+_VIEWED_BYTES = 16 * 1024
 FOLLOWING_BYTES = 512 * 1024
 # a crash loop's repeated blocks are taken from the block before them, not read line by line (tests turn it
 # off to compare); a chunk is searched for them from this size, blocks up to this many lines
@@ -208,7 +209,7 @@ class _Columns:
         self.contents: array[int] = array("q")  # a hit's key before its distance from the hit before
         self.ends: array[int] = array("q")
         self.rules: array[int] = array("l")
-        self.raws: list[bytes] = []
+        self.raws: list[bytes | memoryview] = []
         self.rule_sets: dict[tuple[int, ...] | None, int] = {}
         self.context: dict[int, tuple[bytes, bytes]] = {}
         self.text_length = 0
@@ -230,6 +231,7 @@ class _Columns:
         # the columns as locals: this loop runs once per hit (120,000 times in a traceback flood's 100 MB)
         lines, contents, ends, rule_column, raws = self.lines, self.contents, self.ends, self.rules, self.raws
         rule_sets, text_length = self.rule_sets, self.text_length
+        view = memoryview(chunk)
         next_other = size + 1 if others is None else others.next_at
         for relative, rules in zip(starts, line_rules, strict=True):
             offset = start + relative
@@ -258,7 +260,9 @@ class _Columns:
             text_length += len(raw)
             ends.append(text_length)
             rule_column.append(rule_set)
-            raws.append(raw)
+            # a long line's text joined from the chunk itself: its copy is dropped at once (a chunk of 1 MB
+            # prompt lines held them twice, in both scan workers at the same time)
+            raws.append(raw if len(raw) < _VIEWED_BYTES else view[offset : offset + len(raw)])
         self.text_length = text_length
         if others is not None:
             index, cursor = others.place(chunk, index, cursor, size + 1)
