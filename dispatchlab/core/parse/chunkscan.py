@@ -25,8 +25,10 @@ CONTINUED = (
     b"api_server",
 )
 _DIGITS = b"0123456789"
+_NEWLINE = ord("\n")
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
+_VIEWED_BYTES = 16 * 1024
 FOLLOWING_BYTES = 512 * 1024
 # a crash loop's repeated blocks are taken from the block before them, not read line by line (tests turn it
 # off to compare); a chunk is searched for them from this size, blocks up to this many lines
@@ -59,24 +61,28 @@ class Repeats:
     first_line: int  # the chunk line that `text` starts with (the line before the first repeated block)
     packed: bytes  # the lines the hits are read from, compressed (a crash loop's shrink 30 times)
     previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
-    cursor: tuple[int, int] = (-1, 0)  # (line, offset) of the last line looked up: the next is near it
+    block_lines: int = 0
     text: bytes | None = None  # `packed` unpacked, in the parsing process, on first use
+    # every block holds the same lines but for their digits' values: the same bytes at the same offsets. Where
+    # each line of a block starts from the block's start (and the next block), and where the first block starts
+    starts: list[int] = field(default_factory=list)
+    head: int = 0
 
     def line(self, number: int) -> bytes:
-        """Line `number` of the chunk, found from the last one looked up (no list of a chunk's lines)."""
-        if self.text is None:
-            self.text = zlib.decompress(self.packed)
+        """Line `number` of the chunk, found from the blocks' shape (no list of a chunk's lines)."""
         text = self.text
-        line, offset = self.cursor if self.cursor[0] >= 0 else (self.first_line, 0)
-        while line < number:
-            offset = text.find(b"\n", offset) + 1
-            line += 1
-        while line > number:
-            offset = text.rfind(b"\n", 0, offset - 1) + 1
-            line -= 1
-        self.cursor = (line, offset)
-        end = text.find(b"\n", offset)
-        return text[offset : len(text) if end < 0 else end]
+        if text is None:
+            text = self.text = zlib.decompress(self.packed)
+            head = self.head = text.index(b"\n") + 1
+            self.starts = [0]
+            for _ in range(self.block_lines):
+                self.starts.append(text.index(b"\n", head + self.starts[-1]) + 1 - head)
+        after = number - self.first_line - 1  # lines after the one before the first block
+        if after < 0:
+            return text[: self.head - 1]
+        block, line = divmod(after, self.block_lines)
+        offset, starts = self.head + block * self.starts[-1], self.starts
+        return text[offset + starts[line] : offset + starts[line + 1] - 1]
 
 
 @dataclass
@@ -103,6 +109,15 @@ class ChunkScan:
 
     def __len__(self) -> int:
         return len(self.hit_lines)
+
+    def lone_line(self, number: int) -> bytes | None:
+        """The line of a hit read line by line with no lines around it sent; None for any other hit."""
+        repeats = self.repeats
+        if number in self.context or (
+            repeats is not None and repeats.first_hit <= number < repeats.first_hit + repeats.count
+        ):
+            return None
+        return self.hit_text[self.hit_ends[number - 1] if number else 0 : self.hit_ends[number]]
 
     def hit(self, number: int) -> Hit:
         line = self.hit_lines[number]
@@ -194,7 +209,7 @@ class _Columns:
         self.contents: array[int] = array("q")  # a hit's key before its distance from the hit before
         self.ends: array[int] = array("q")
         self.rules: array[int] = array("l")
-        self.raws: list[bytes] = []
+        self.raws: list[bytes | memoryview] = []
         self.rule_sets: dict[tuple[int, ...] | None, int] = {}
         self.context: dict[int, tuple[bytes, bytes]] = {}
         self.text_length = 0
@@ -211,37 +226,46 @@ class _Columns:
         """The hits of chunk[start:end] (whole lines, the first being line `line_base`), line by line; with
         `others` (the whole chunk), its statistics lines and checkpoints are placed in the same walk."""
         starts, line_rules = scanner.lines(chunk[start:end] if start or end < len(chunk) else chunk)
-        count, find = chunk.count, chunk.find
+        count, find, size = chunk.count, chunk.find, len(chunk)
         index, cursor = line_base, start
+        # the columns as locals: this loop runs once per hit (120,000 times in a traceback flood's 100 MB)
+        lines, contents, ends, rule_column, raws = self.lines, self.contents, self.ends, self.rules, self.raws
+        rule_sets, text_length = self.rule_sets, self.text_length
+        view = memoryview(chunk)
+        next_other = size + 1 if others is None else others.next_at
         for relative, rules in zip(starts, line_rules, strict=True):
             offset = start + relative
-            if others is not None and others.next_at <= offset:
+            if next_other <= offset and others is not None:
                 index, cursor = others.place(chunk, index, cursor, offset)
+                next_other = others.next_at
             index += count(b"\n", cursor, offset)
             cursor = offset
             line_end = find(b"\n", offset)
-            raw = chunk[
-                offset : min(len(chunk) if line_end < 0 else line_end, offset + MAX_PARSED_LINE_BYTES)
-            ]
-            rule_set = self.rule_sets.get(rules)
+            raw = chunk[offset : min(size if line_end < 0 else line_end, offset + MAX_PARSED_LINE_BYTES)]
+            rule_set = rule_sets.get(rules)
             if rule_set is None:
-                rule_set = self.rule_sets[rules] = len(self.rule_sets)
+                rule_set = rule_sets[rules] = len(rule_sets)
             shape: tuple[object, ...] = (raw.translate(None, _DIGITS), rules)
-            following = _following(chunk, offset) if _continues(raw) else b""
+            last = raw[-1:]
+            continues = (last == b"\\" or last.isspace() or b"erv" in raw) and _continues(raw)
+            following = _following(chunk, offset) if continues else b""
             previous = b""
-            if b"Traceback" in raw and offset > 0 and raw.lstrip().startswith(b"Traceback"):
+            if offset > 0 and raw.lstrip().startswith(b"Traceback"):  # (no search through a long line)
                 previous = _line_at(chunk, chunk.rfind(b"\n", 0, offset - 1) + 1)
             if following or previous:
-                self.context[len(self.lines)] = (following, previous)
+                self.context[len(lines)] = (following, previous)
                 shape += (following.translate(None, _DIGITS), previous.translate(None, _DIGITS))
-            self.lines.append(index)
-            self.contents.append(hash(shape))
-            self.text_length += len(raw)
-            self.ends.append(self.text_length)
-            self.rules.append(rule_set)
-            self.raws.append(raw)
+            lines.append(index)
+            contents.append(hash(shape))
+            text_length += len(raw)
+            ends.append(text_length)
+            rule_column.append(rule_set)
+            # a long line's text joined from the chunk itself: its copy is dropped at once (a chunk of 1 MB
+            # prompt lines held them twice, in both scan workers at the same time)
+            raws.append(raw if len(raw) < _VIEWED_BYTES else view[offset : offset + len(raw)])
+        self.text_length = text_length
         if others is not None:
-            index, cursor = others.place(chunk, index, cursor, len(chunk) + 1)
+            index, cursor = others.place(chunk, index, cursor, size + 1)
             others.lines = index + count(b"\n", cursor)
 
     def keys(self, repeated: tuple[int, int, int] | None) -> array[int]:
@@ -291,35 +315,57 @@ class _Others:
         return index, cursor
 
 
-def _period(lines: list[bytes]) -> tuple[int, int, int] | None:
-    """(first line, block lines, blocks) of the longest stretch found where each block of lines is the block
-    before it again: a probe line's next copies give the candidate block lengths (a crash loop's run, or
-    within it one rank's lines)."""
-    total = len(lines)
+def _period(text: bytes) -> tuple[int, int, int] | None:
+    """(offset, block bytes, blocks) of the longest stretch found where each block of lines is the block before
+    it again: a probe line's next copies give the candidate block lengths (a crash loop's run, or within it one
+    rank's lines). Byte offsets in the text, not a list of its lines: splitting a chunk cost more than this."""
+    total = len(text)
     best: tuple[int, int, int] | None = None
-    for start in (0, total // 3, 2 * total // 3):
-        probe_at = next((i for i in range(start, min(total, start + 64)) if len(lines[i]) >= 24), -1)
+    for third in (0, total // 3, 2 * total // 3):
+        start = text.find(b"\n", third - 1) + 1 if third else 0
+        if third and start == 0:
+            continue
+        probe_at = -1
+        for _ in range(64):  # the first line of 24 bytes or more from there
+            end = text.find(b"\n", start)
+            if end < 0:
+                break
+            if end - start >= 24:
+                probe_at = start
+                break
+            start = end + 1
         if probe_at < 0:
             continue
-        probe, seen = lines[probe_at], probe_at
+        needle = b"\n" + text[probe_at : end + 1]
+        seen = counted = probe_at
+        lines = 0
         for _ in range(_MAX_PROBE_COPIES):
-            try:
-                seen = lines.index(probe, seen + 1)
-            except ValueError:
+            seen = text.find(needle, seen) + 1  # the probe's next copy
+            if seen == 0:
                 break
             size = seen - probe_at
-            if size > _MAX_BLOCK_LINES or probe_at + 2 * size > total:
+            lines += text.count(b"\n", counted, seen)
+            counted = seen
+            if probe_at + 2 * size > total or lines > _MAX_BLOCK_LINES:
                 break
-            if lines[probe_at:seen] != lines[seen : seen + size]:
+            # the blocks' last bytes first: a whole block copied out to compare was most of the search
+            tail = min(size, 256)
+            if text[seen - tail : seen] != text[seen + size - tail : seen + size] or (
+                text[probe_at:seen] != text[seen : seen + size]
+            ):
                 continue
             blocks = 2
             while probe_at + (blocks + 1) * size <= total and (
-                lines[probe_at + (blocks - 1) * size : probe_at + blocks * size]
-                == lines[probe_at + blocks * size : probe_at + (blocks + 1) * size]
+                text[probe_at + (blocks - 1) * size : probe_at + blocks * size]
+                == text[probe_at + blocks * size : probe_at + (blocks + 1) * size]
             ):
                 blocks += 1
             begin = probe_at
-            while begin >= size and lines[begin - size : begin] == lines[begin : begin + size]:
+            while (
+                begin >= size
+                and (begin == size or text[begin - size - 1] == _NEWLINE)  # whole lines before it
+                and text[begin - size : begin] == text[begin : begin + size]
+            ):
                 begin -= size
                 blocks += 1
             if best is None or blocks * size > best[1] * best[2]:
@@ -386,20 +432,17 @@ def _repeated_blocks(
     sample = (middle, middle + _GATE_BYTES)
     if chunk.count(b"rror", *sample) + chunk.count(b'File "', *sample) < _MIN_ERROR_MARKS:
         return None  # a serving log, not a crash loop: not worth the search
-    lines = chunk.translate(_ONE_DIGIT).split(b"\n")  # its lines are as long as the chunk's
-    found = _period(lines)
+    text = chunk.translate(_ONE_DIGIT)  # its lines as long as the chunk's
+    found = _period(text)
     if found is None:
         return None
-    first, size, blocks = found
+    begin, length, blocks = found
     blocks -= 1  # the last block is read
     if blocks < 3:
         return None
-    offsets = [0]  # where lines first, first + size, ... start in the chunk
-    position = sum(map(len, lines[:first])) + first
-    for block in range(blocks + 1):
-        offsets.append(position)
-        start = first + block * size
-        position += sum(map(len, lines[start : start + size])) + size
+    first, size = text.count(b"\n", 0, begin), text.count(b"\n", begin, begin + length)
+    # where lines first, first + size, ... start in the chunk
+    offsets = [0, *(begin + block * length for block in range(blocks + 1))]
     columns.read(scanner, chunk, 0, offsets[2], 0)
     block_hits = [i for i, line in enumerate(columns.lines) if line >= first]
     if not block_hits or any(columns.context.get(i, (b"",))[0] for i in block_hits):
@@ -416,6 +459,6 @@ def _repeated_blocks(
     # the repeated blocks' text, from the line before them (a bare traceback's `previous`)
     text_start = chunk.rfind(b"\n", 0, offsets[2] - 1) + 1
     packed = zlib.compress(chunk[text_start : offsets[-1]], 1)
-    repeats = Repeats(first_hit, count, first + size - 1, packed, previous)
+    repeats = Repeats(first_hit, count, first + size - 1, packed, previous, size)
     columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size)
     return repeats, (first_hit - len(block_hits), len(block_hits), blocks)

@@ -8,13 +8,33 @@ TRT-LLM `[TRT-LLM] [I]`, syslog.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from dispatchlab.core.lazyre import lazy_compile
 
 _VLLM_HEAD = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}"
+
+
+class _Gated:
+    """A pattern tried only on text where a quick search finds a piece every match of it holds: its
+    backtracking took milliseconds to fail on a megabyte line without it."""
+
+    def __init__(self, piece: re.Pattern[str], pattern: re.Pattern[str]) -> None:
+        self.piece = piece
+        self.pattern = pattern
+
+    def match(self, text: str) -> re.Match[str] | None:
+        if "|" not in text or self.piece.search(text) is None:
+            return None
+        return self.pattern.match(text)
+
+
 _ANSI = lazy_compile(r"\x1b\[[\d;]*m")
-_WRAPPERS = [
+_WRAPPERS: list[re.Pattern[str] | _Gated] = [
+    # (each with what _wrapper tests first: a '|' in the line; a '-' fifth; a space fourth; an 'L' or a space
+    # first; a '-' fifth; a '|')
     lazy_compile(r"^[\w.-]+(?:-\d+)?\s+\|\s?"),  # docker compose "svc-1  | "
     lazy_compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s"),  # docker logs -t
     lazy_compile(r"^[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \S+ [^:\[\s]+(?:\[\d+\])?: "),  # syslog
@@ -24,7 +44,10 @@ _WRAPPERS = [
         r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? - [\w.<>-]+ - [A-Z]+ - (?=" + _VLLM_HEAD + ")"
     ),
     # a tqdm bar the vLLM line was printed after: "...  0%|          | 0/500 [00:00<?, ?it/s]INFO 07-09 ..."
-    lazy_compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
+    _Gated(
+        lazy_compile(r"\](?=" + _VLLM_HEAD + ")"),
+        lazy_compile(r"^[^|]*\|[^|]*\|[^\]]*\](?=" + _VLLM_HEAD + ")"),
+    ),
 ]
 _TORCHRUN = lazy_compile(r"^\[(?:default)?rank(\d+)\]:\s?")
 _RAY = lazy_compile(r"^\((?P<actor>[A-Za-z]\w*) pid=(?P<pid>\d+)(?:,\s*ip=[\d.]+)?\)\s*")
@@ -65,6 +88,8 @@ _GUTTER = lazy_compile(r"^\s+(?:[|+](?:-+\+?[-\d ]*)?\s?)+")
 
 
 def _strip_gutter(text: str) -> str:
+    if "|" not in text and "+" not in text:  # a gutter has either
+        return text
     m = _GUTTER.match(text)
     return text[m.end() :] if m and m.end() < len(text) else text
 
@@ -86,6 +111,7 @@ class Line:
     prefixed: bool = False
 
 
+@lru_cache(maxsize=1024)  # a log's lines carry a few rank tags again and again
 def _sglang_rank(tags: str) -> str | None:
     found = _RANK_TAG.findall(tags)
     if not found:
@@ -102,24 +128,42 @@ def vllm_rank(proc: str | None, vrank: str | None) -> str | None:
     return proc
 
 
+def _has_escape(text: str) -> bool:
+    # one character first: a search for two took a millisecond on a megabyte line
+    return "\x1b" in text and "\x1b[" in text
+
+
+def _wrapper(text: str) -> re.Match[str] | None:
+    """The first wrapper whose match at the text's start leaves some text. Each is tried only where a quick
+    test finds what any match of it holds: a line is tried against all of them, and most have none."""
+    pipe, dashed, first = "|" in text, text[4:5] == "-", text[:1]
+    for holds, wrapper in zip(
+        (pipe, dashed, text[3:4] == " ", first == "L" or first.isspace(), dashed, pipe),
+        _WRAPPERS,
+        strict=True,
+    ):
+        if holds:
+            m = wrapper.match(text)
+            if m and len(m.group(0)) < len(text):
+                return m
+    return None
+
+
 def _unwrap(text: str) -> tuple[str, str | None]:
     """Strip wrappers (compose, docker -t, syslog, torchrun, Ray actors): the text and a torchrun rank."""
     rank: str | None = None
-    if "\x1b[" in text:
+    if _has_escape(text):
         text = _ANSI.sub("", text)  # Ray colours its actor prefixes
     for _ in range(3):
-        for wrapper in _WRAPPERS:
-            m = wrapper.match(text)
-            if m and len(m.group(0)) < len(text):
-                text = text[m.end() :]
-                break
-        else:
+        wrapped = _wrapper(text)
+        if wrapped is None:
             break
-    m = _TORCHRUN.match(text)
+        text = text[wrapped.end() :]
+    m = _TORCHRUN.match(text) if text[:1] == "[" else None
     if m:
         rank = f"rank{m.group(1)}"
         text = text[m.end() :]
-    actor = _RAY.match(text)
+    actor = _RAY.match(text) if text[:1] == "(" else None
     if actor and not text.startswith("(Worker") and "pid=" in actor.group(0):
         after = text[actor.end() :]
         if after.startswith("["):
@@ -127,8 +171,9 @@ def _unwrap(text: str) -> tuple[str, str | None]:
     return text, rank
 
 
+# Each format below first tests a character its prefix starts with (or holds): a line is tried against each
 def _sglang(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
-    m = _SGL.match(text)
+    m = _SGL.match(text) if text[:1] == "[" else None
     if not m:
         return None
     ts = m.group("ts").replace(" ", "T") + ("." + m.group("ms") if m.group("ms") else "")
@@ -137,6 +182,9 @@ def _sglang(number: int, raw: str, text: str, rank: str | None, year: str | None
 
 
 def _vllm(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
+    first = text[:1]
+    if first not in _VLLM_FIRST:
+        return None
     m = _VLLM.match(text)
     if m:
         ts = f"{year or '0000'}-{m.group('md')}T{m.group('hms')}"
@@ -151,7 +199,7 @@ def _vllm(number: int, raw: str, text: str, rank: str | None, year: str | None) 
             "vllm",
             True,
         )
-    m = _VLLM_PROC_ONLY.match(text)
+    m = _VLLM_PROC_ONLY.match(text) if first == "(" else None
     if not m:
         return None
     rest = text[m.end() :]
@@ -164,7 +212,7 @@ def _vllm(number: int, raw: str, text: str, rank: str | None, year: str | None) 
 
 
 def _trtllm(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
-    m = _TRTLLM.match(text)
+    m = _TRTLLM.match(text) if text[:1] == "[" else None
     if not m:
         return None
     ts = None
@@ -177,14 +225,17 @@ def _trtllm(number: int, raw: str, text: str, rank: str | None, year: str | None
 
 
 def _other(number: int, raw: str, text: str, rank: str | None, year: str | None) -> Line | None:
-    m = _GLOG.match(text)
+    first = text[:1]
+    m = _GLOG.match(text) if first in _GLOG_FIRST else None
     if m:  # PyTorch C++ (glog) lines: [E814 11:45:02.123456 ProcessGroupNCCL.cpp:632]
         ts = f"{year or '0000'}-{m.group('mo')}-{m.group('dd')}T{m.group('hms')}"
         return Line(number, raw, text[m.end() :], ts, rank, LEVELS.get(m.group("lvl"), "INFO"), "plain", True)
-    m = _NCCL.match(text)
+    m = _NCCL.match(text) if ":" in text else None
     if m:  # NCCL_DEBUG lines: host:pid:tid [cuda device] NCCL ...
         return Line(number, raw, text[m.end() :], None, rank or f"dev{m.group('dev')}", None, "plain", True)
-    m = _PY_LOGGING.match(text) or _PLAIN_LEVEL_TS.match(text)
+    m = (_PY_LOGGING.match(text) if text[4:5] == "-" else None) or (
+        _PLAIN_LEVEL_TS.match(text) if first in _LEVEL_FIRST else None
+    )
     if m:
         ts = m.group("ts").replace(" ", "T")
         return Line(number, raw, text[m.end() :], ts, rank, m.group("level"), "plain", True)
@@ -192,12 +243,15 @@ def _other(number: int, raw: str, text: str, rank: str | None, year: str | None)
 
 
 _FORMATS = (_sglang, _vllm, _trtllm, _other)
+_LEVEL_FIRST = ("D", "I", "W", "E", "C")  # DEBUG INFO WARNING WARN ERROR CRITICAL
+_VLLM_FIRST = ("(", *_LEVEL_FIRST)
+_GLOG_FIRST = ("[", "E", "W", "I", "F")
 _INDENTS = (" ", "\t")
 
 
 def split_line(number: int, raw: str, year_hint: str | None = None) -> Line:
     """Strip the known prefixes of one line (already decoded, without newline)."""
-    if raw[:1] in _INDENTS and "|" not in raw and "Line " not in raw and "\x1b[" not in raw:
+    if raw[:1] in _INDENTS and "|" not in raw and "Line " not in raw and not _has_escape(raw):
         # an indented line (a traceback's frames and code): no prefix can start with a space
         return Line(number, raw, _strip_gutter(raw), None, None, None, "plain", False)
     text, rank = _unwrap(raw)

@@ -260,6 +260,7 @@ def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: Bi
         if piece is None:
             return
         scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints)
+        del piece  # before its scan is pickled: a piece of long lines sends them all back (the peak)
         _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
         out.flush()
 

@@ -29,6 +29,7 @@ from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.extract.servers import ServerMentions
+from dispatchlab.core.parse.framelines import FramePlan, frame_plans, plans_for, read_frame_line
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -89,6 +90,10 @@ _MAX_TEMPLATE_HITS = 20_000  # a run compared with the next holds this many hits
 _LOOP_RUNS = 20
 
 
+_ExtraHits = list[tuple[int, re.Match[str]]]  # (extra pattern, its match) of a line
+_ReadLine = tuple[Line, Hits, _ExtraHits]  # a line and its hits
+
+
 @dataclass(frozen=True)
 class RunTemplate:
     """The last run read line by line: its hits' keys (after its start line), the key of the start that
@@ -110,6 +115,7 @@ class CompiledRules:
         self.extra = extra
         self.scanner = Scanner([*RULES.values(), *extra.patterns], [GATES.get(name) for name in self.names])
         self.rule_count = len(self.names)
+        self.frame_plans = frame_plans(self.names)
 
 
 @lru_cache(maxsize=8)
@@ -150,9 +156,11 @@ class Scan:
 
     def _make_extractors(self) -> None:
         made = {cls: cls(self.obs) for cls in EXTRACTORS}
-        failures = made[Failures]
+        failures, servers, environment = made[Failures], made[ServerMentions], made[Environment]
         assert isinstance(failures, Failures)
+        assert isinstance(servers, ServerMentions) and isinstance(environment, Environment)
         self.failures = failures  # it closes the tracebacks still open at the end
+        self.servers, self.environment = servers, environment  # they and failures read frame lines
         self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
 
     def chunks(self, source: Source) -> Iterator[ChunkScan]:
@@ -195,6 +203,7 @@ class Scan:
             first = base + scan.hit_lines[0]
             scan.hit_keys[0] = hash((scan.first_content, first - self.last_hit_line))
             self.last_hit_line = base + scan.hit_lines[-1]
+        plans = plans_for(self.rules.frame_plans, scan.rule_sets)
         while number < total:
             index = scan.hit_lines[number]
             if si < len(samples) and samples[si][0] < index:
@@ -205,7 +214,9 @@ class Scan:
                 before = samples[si][0] if si < len(samples) else None
                 number = self._compare(scan, base, number, before)
                 continue
-            self._hit(scan.hit(number), base)
+            plan = plans[scan.hit_rules[number]]
+            if plan is None or not self._frame_hit(scan, base, number, plan):
+                self._hit(scan.hit(number), base)
             number += 1
         for index, raw in samples[si:]:
             self._sample(raw, base + index + 1)
@@ -222,14 +233,37 @@ class Scan:
         else:
             self.metrics.sample(raw, number)
 
-    def _hit(self, hit: Hit, base: int) -> None:
+    def _hit(self, hit: Hit, base: int, read: _ReadLine | None = None) -> None:
         if self.run_keys is not None:
             self.run_keys.append(hit.key)
         self.current_key = hit.key
         if hit.previous:
             # "[ts] Tokenizer init failed:" then a bare traceback: it belongs to that process
             self._note_process(split_line(base + hit.index, decode_line(hit.previous), self.obs.year))
-        self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+        if read is None:
+            self._line(hit.raw, base + hit.index + 1, hit.rules, hit.following)
+        else:
+            read[0].number = base + hit.index + 1
+            self._read_line(read[0], hit.rules, hit.following, read[1:])
+
+    def _frame_hit(self, scan: ChunkScan, base: int, number: int, plan: FramePlan) -> bool:
+        """`_hit` of a hit whose candidate rules are a frame line's (framelines); False, having read nothing,
+        for a hit sent with lines around it or repeated."""
+        raw = scan.lone_line(number)
+        if raw is None:
+            return False
+        self.current_key = key = scan.hit_keys[number]
+        if self.run_keys is not None:
+            self.run_keys.append(key)
+        line = split_line(base + scan.hit_lines[number] + 1, decode_line(raw), self.obs.year)
+        if line.prefixed or line.time or line.style != "plain":
+            self._read_line(line, scan.rule_sets[scan.hit_rules[number]], b"")
+        else:
+            line.rank = self.last_process  # a bare line belongs to the process printing around it
+            read_frame_line(
+                line, plan, self.rules.scanner.regex, self.servers, self.environment, self.failures
+            )
+        return True
 
     # ---------------------------------------------------------------- a crash loop's repeated runs
     def _compare(self, scan: ChunkScan, base: int, number: int, before: int | None) -> int:
@@ -254,20 +288,25 @@ class Scan:
             return number
         # the whole run repeated: is this the start that followed it?
         hit = scan.hit(number)
-        if hit.key == template.end_key and self._is_start(hit):
+        start = self._start_line(hit) if hit.key == template.end_key else None
+        if start is not None:
             self._replay_run(base + hit.index + 1)
             self.force_start = True
-            self._hit(hit, base)
+            self._hit(hit, base, start)
             self.force_start = False
         else:
             self._flush()
             self._hit(hit, base)
         return number + 1
 
-    def _is_start(self, hit: Hit) -> bool:
+    def _start_line(self, hit: Hit) -> _ReadLine | None:
+        """The hit's line and its hits where it starts a run (then read as they are: replaying the run before
+        changes nothing they depend on), else None."""
         line = split_line(0, decode_line(hit.raw), self.obs.year)
-        hits, _extra = self._hits(line, hit.rules)
-        return not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits)
+        hits, extra = self._hits(line, hit.rules)
+        if _ANY_START.isdisjoint(hits) or not self._is_banner(line, hits):
+            return None
+        return line, hits, extra
 
     def _flush(self) -> None:
         """The current run is not a repeat: its held hits go through the extractors after all."""
@@ -347,11 +386,19 @@ class Scan:
             )
 
     def _line(self, raw: bytes, number: int, rule_ids: tuple[int, ...] | None, following: bytes) -> None:
+        self._read_line(split_line(number, decode_line(raw), self.obs.year), rule_ids, following)
+
+    def _read_line(
+        self,
+        line: Line,
+        rule_ids: tuple[int, ...] | None,
+        following: bytes,
+        found: tuple[Hits, _ExtraHits] | None = None,
+    ) -> None:
         obs = self.obs
-        line = split_line(number, decode_line(raw), obs.year)
         if not line.prefixed:
             line.rank = self.last_process  # a bare line belongs to the process printing around it
-        hits, extra = self._hits(line, rule_ids)
+        hits, extra = self._hits(line, rule_ids) if found is None else found
         if not _ANY_START.isdisjoint(hits) and self._is_banner(line, hits):
             if self.force_start or self._starts_run(line, hits):
                 self._new_run(line, replayed=self.force_start)
@@ -379,17 +426,18 @@ class Scan:
         if line.prefixed:
             self.last_process = line.rank
 
-    def _hits(
-        self, line: Line, rule_ids: tuple[int, ...] | None
-    ) -> tuple[Hits, list[tuple[int, re.Match[str]]]]:
+    def _hits(self, line: Line, rule_ids: tuple[int, ...] | None) -> tuple[Hits, _ExtraHits]:
         """The extractors' rules that match the line, and the extra patterns' (recorded once the line's run
         is known)."""
         regex = self.rules.scanner.regex
         names = self.rules.names
         base = self.rules.rule_count
         hits: Hits = {}
-        extra: list[tuple[int, re.Match[str]]] = []
+        extra: _ExtraHits = []
+        kept, most = self.obs.pattern_hits, self.rules.extra.max_hits
         for rule in range(len(self.rules.scanner.patterns)) if rule_ids is None else rule_ids:
+            if rule >= base and len(kept.get(rule - base, ())) >= most:
+                continue  # its hits are all kept: not searched again on each traceback of a flood
             m = regex(rule).search(line.msg)
             if m is None:
                 continue

@@ -170,10 +170,13 @@ class Environment:
             found = archmod.amd_arch(line.msg)
             if found:
                 obs.suggest_arch(*found)
-        if obs.arch_strength < 1 and (
-            "kernel_name" in hits or "tb_frame" in hits or "device_statement" in hits
-        ):
-            obs.suggest_arch(archmod.weak_arch_hint(line.msg), 1)
+        if "kernel_name" in hits or "tb_frame" in hits or "device_statement" in hits:
+            self.weak_hint(line)
+
+    def weak_hint(self, line: Line) -> None:
+        """A kernel's name, a frame's path or a device statement hints at the arch when nothing better did."""
+        if self.obs.arch_strength < 1:
+            self.obs.suggest_arch(archmod.weak_arch_hint(line.msg), 1)
 
     def _nccl_channel(self, line: Line, g: re.Match[str]) -> None:
         transports = self.obs.nccl_transports

@@ -140,6 +140,22 @@ ERRORISH = lazy_compile(
 )
 
 
+def is_errorish(msg: str) -> bool:
+    # substring tests of a piece of each alternative first: the alternation, tried at every offset of a line,
+    # cost a traceback flood's 100,000 frames seconds
+    return (
+        "rror" in msg
+        or "xception" in msg
+        or "ail" in msg
+        or "nsupported" in msg
+        or "not supported" in msg
+        or "ssert" in msg
+        or "atal" in msg
+        or "o kernel" in msg
+        or "requires" in msg
+    ) and ERRORISH.search(msg) is not None
+
+
 def _printed_again(entry: Traceback | ErrorLine, rank: str | None) -> None:
     """The same failure from another rank (or the same one again): count it, note the rank."""
     entry.count += 1
@@ -264,6 +280,12 @@ class Failures:
             self._warning(line)
         return False
 
+    def frame_line(self, line: Line, frame: re.Match[str]) -> None:
+        """`handle` of a line whose only hit of this extractor's rules is tb_frame."""
+        self._frame(line, line.rank, frame)
+        if is_errorish(line.msg):  # what _kernels first asks of a frame
+            self._kernels(line, {"tb_frame": frame})
+
     def finish(self) -> None:
         for key in list(self.open):
             self._close(key)
@@ -354,7 +376,8 @@ class Failures:
             )
         current.request = current.request or _request_logged(line.raw)
         if len(current.tb.frames) < MAX_FRAMES:
-            current.tb.frames.append(Frame(g.group("file"), int(g.group("line")), g.group("func")))
+            file, number, function = g.group("file", "line", "func")
+            current.tb.frames.append(Frame(file, int(number), function))
 
     def _exception(self, line: Line, key: str | None, g: re.Match[str]) -> None:
         exc, text = g.group("exc"), (g.group("msg") or "").strip()
@@ -480,7 +503,7 @@ class Failures:
     # ---------------------------------------------------------------- kernels and warnings
     def _kernels(self, line: Line, hits: Hits) -> None:
         msg = line.msg
-        errorish = ERRORISH.search(msg)
+        errorish = is_errorish(msg)
         if "tb_frame" in hits and not errorish:
             return
         if not (line.rank in self.open or errorish or line.level in ("ERROR", "CRITICAL")):

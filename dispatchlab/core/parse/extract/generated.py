@@ -14,6 +14,7 @@ the nearest marker around it is a response's (`"choices"`, `"role": "assistant"`
 
 from __future__ import annotations
 
+import operator
 import re
 from typing import ClassVar
 
@@ -89,6 +90,42 @@ def decode_escapes(text: str) -> str:
 
     decoded = _ESCAPE.sub(one, text)
     return decoded.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _may_repeat(run: str) -> bool:
+    """Whether a unit `_bare_repeat` counts may repeat in `run`: each of its characters (two different ones at
+    least, a letter among them) is there eleven times. Counting them is cheap; the repeat search tried every
+    unit length at every offset (each start of a crash loop's launch command)."""
+    frequent = [ch for ch in set(run) if run.count(ch) >= 11]
+    return len(frequent) > 1 and any(ch.isalpha() for ch in frequent)
+
+
+def _may_loop(msg: str) -> bool:
+    """Whether `_WORD_LOOP` may match: its word's copies between the first and the last are six or more words
+    in a row, space-separated, the same, the word before them ends with it and the one after them starts with
+    it. Comparing the words costs a fifth of the search (3 ms on a long prompt); they are split a piece of the
+    text at a time, the last seven carried on (a 64 KB prompt's words at once held megabytes)."""
+    words: list[str] = []
+    start = 0
+    while start <= len(msg):
+        end = msg.find(" ", start + _PIECE_CHARS)
+        end = len(msg) if end < 0 else end
+        # the words before: a window whose first word is past them needs them; one that starts among
+        # them was tried with the piece before
+        words = words[-7:] + msg[start:end].split(" ")
+        same = bytes(map(operator.eq, words, words[1:]))
+        at = same.find(_SIX_SAME)
+        while at >= 0:
+            word = words[at]
+            if 0 < at < len(words) - 6 and words[at - 1].endswith(word) and words[at + 6].startswith(word):
+                return True
+            at = same.find(_SIX_SAME, at + 1)
+        start = end + 1
+    return False
+
+
+_PIECE_CHARS = 8192
+_SIX_SAME = b"\x01" * 5  # five neighbours equal: six words
 
 
 def _value(m: re.Match[str]) -> str:
@@ -235,6 +272,7 @@ class Generated:
             for run in _LONG_RUN.finditer(
                 msg
             )  # eleven copies of a unit of two or more: 22 characters at least
+            if _may_repeat(run.group(0))
             for unit in (m.group(1) for m in _REPEAT.finditer(msg, run.start(), run.end()))
         )
 
@@ -245,7 +283,9 @@ class Generated:
         if "gen_words" not in hits or self.answers >= _JUDGED_ALL:
             return False
         msg = line.msg[:_LOOP_JUDGED_CHARS]
-        if not any(m.group(1).lower() not in _ARRAY_VALUES for m in _WORD_LOOP.finditer(msg)):
+        if not _may_loop(msg) or not any(
+            m.group(1).lower() not in _ARRAY_VALUES for m in _WORD_LOOP.finditer(msg)
+        ):
             return False
         reason = garbage_reason(msg.strip())
         if reason is None:

@@ -64,6 +64,15 @@ def _rule(server: str, weight: int) -> str:
 _MARKER_RULES = tuple((_rule(server, weight), server, weight) for server, weight, _pattern in MARKERS)
 
 
+def marker_rules() -> tuple[tuple[str, str, int], ...]:
+    """(rule name, server, weight) of each marker, in the order a line's first marker is looked for."""
+    return _MARKER_RULES
+
+
+def _may_name_version(msg: str) -> bool:
+    return "ersion" in msg or "ERSION" in msg or "==" in msg or " v" in msg or " V" in msg
+
+
 class ServerMentions:
     RULES: ClassVar[dict[str, str]] = {
         _rule(server, weight): pattern.pattern for server, weight, pattern in MARKERS
@@ -87,8 +96,13 @@ class ServerMentions:
         else:
             return False
         msg = line.msg
-        if "ersion" in msg or "ERSION" in msg or "==" in msg or " v" in msg or " V" in msg:
+        if _may_name_version(msg):
             version = _VERSION.search(msg)
             if version is not None:
                 self.obs.version(version.group("server").lower(), version.group("version"))
         return False
+
+    def may_record(self, server: str, weight: int, msg: str) -> bool:
+        """Whether a line with this marker may add anything: a mention while its first ones are not all kept,
+        a version."""
+        return (server, weight) not in self.full or _may_name_version(msg)
