@@ -6,12 +6,12 @@ what the log means. `interpret` turns it into a ParsedLog.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine, Event, Origin, PatternHit, RunSummary, Traceback
 from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, MAX_RUNS_LISTED, MAX_TIMELINE_EVENTS
+from dispatchlab.core.records import field, record
 
 
 class Milestone(NamedTuple):
@@ -38,7 +38,7 @@ class FatalLine(NamedTuple):
     text: str
 
 
-@dataclass
+@record
 class Observations:
     # the lines themselves
     line_count: int = 0
