@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from collections.abc import Sequence
@@ -253,5 +254,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def command() -> int:
+    """The `dispatchlab` program: `main`, then an exit that skips the interpreter's last garbage collection.
+
+    That collection walks every object the command made (the knowledge base, the model, the compiled rules)
+    and cost a tenth of a one-line match; the objects are freed all the same as the modules are torn down.
+    In-process callers of `main` (tests, other tools) keep their collector as it was."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command())
