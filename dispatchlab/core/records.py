@@ -3,10 +3,12 @@
 `@dataclass` writes and compiles up to six methods per class when its module is imported (about 1.3 ms a
 class), and a one-line `dispatchlab match` defines some thirty such classes before it reads a byte. `@record`
 reads the same class body (annotated fields, defaults, `field(default_factory=...)`) and compiles only
-`__init__`, the one method whose speed matters (the parser makes records by the million); equality, repr and
-the frozen guard are shared methods that read the class's field names.
+`__init__`, the one method whose speed matters (the parser makes records by the million), and only for a
+class that makes a hundred instances; equality, repr and the frozen guard are shared methods that read the
+class's field names.
 
-Instances behave as the dataclass's would: the same `__init__` signature, `==` field by field between
+Instances behave as the dataclass's would: made from the same arguments (or refused with the same TypeError),
+`==` field by field between
 instances of one class, `Name(field=value, ...)` repr, unhashable unless frozen, `FrozenInstanceError` on
 assignment to a frozen one, `__slots__` with `slots=True`. `replace` and `field_names` stand in for
 `dataclasses.replace` and `dataclasses.fields`, which do not take records.
@@ -117,12 +119,43 @@ def _init(cls: type, names: list[str], defaults: dict[str, Any], frozen: bool) -
     return init
 
 
-def _first_init(cls: type, names: list[str], defaults: dict[str, Any], frozen: bool) -> Callable[..., None]:
-    """Compiles the real `__init__` on the first instance: a record a command never makes costs no compile."""
+# instances a class's shared `__init__` makes before the class gets its own compiled one
+COMPILE_AFTER = 100
+
+
+def _shared_init(cls: type, names: list[str], defaults: dict[str, Any], frozen: bool) -> Callable[..., None]:
+    """An `__init__` that binds the arguments in a loop: compiling one takes as long as making a hundred
+    instances this way, and most records a command defines it makes a few times. The class's hundredth
+    instance compiles its own (`_init`); so does any call with arguments this one would not bind, which then
+    raises the very TypeError a dataclass would."""
+    count = len(names)
+    known = frozenset(names)
+    assign = object.__setattr__ if frozen else setattr
+    made = 0
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal made
+        made += 1
+        if made < COMPILE_AFTER and len(args) <= count and known.issuperset(kwargs):
+            for position, name in enumerate(names):
+                if position < len(args):
+                    if name in kwargs:
+                        break  # given twice
+                    value = args[position]
+                elif name in kwargs:
+                    value = kwargs[name]
+                else:
+                    value = defaults.get(name, _MISSING)
+                    if value is _MISSING:
+                        break  # missing
+                    if isinstance(value, _Field):
+                        value = value.default_factory()  # type: ignore[misc]
+                assign(self, name, value)
+            else:
+                return
         init = _init(cls, names, defaults, frozen)
-        cls.__init__ = init  # type: ignore[misc]
+        if made >= COMPILE_AFTER:
+            cls.__init__ = init  # type: ignore[misc]
         init(self, *args, **kwargs)
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -172,7 +205,7 @@ def _make(cls: type, frozen: bool, slots: bool) -> type:
         body["__slots__"] = tuple(n for n in names if n not in inherited)
         body["__qualname__"] = cls.__qualname__
         cls = type(cls)(cls.__name__, cls.__bases__, body)
-    methods["__init__"] = _first_init(cls, names, defaults, frozen)
+    methods["__init__"] = _shared_init(cls, names, defaults, frozen)
     for name, method in methods.items():
         if name not in cls.__dict__ or (name == "__hash__" and cls.__dict__[name] is None):
             setattr(cls, name, method)

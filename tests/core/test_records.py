@@ -9,6 +9,7 @@ from typing import ClassVar
 
 import pytest
 
+from dispatchlab.core import records
 from dispatchlab.core.records import FrozenInstanceError, field, field_names, record, replace
 
 
@@ -108,3 +109,51 @@ def test_a_field_without_a_default_after_one_with_a_default_is_refused():
         class Wrong:
             a: int = 1
             b: int
+
+
+def _fresh_hit_class() -> type:
+    @record
+    class Fresh:
+        line: int
+        rank: str | None
+        tags: list[str] = field(default_factory=list)
+        count: int = 1
+
+    return Fresh
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((3, "TP0"), {}),
+        ((3,), {"rank": None, "count": 2}),
+        ((), {"line": 1, "rank": "DP1", "tags": ["x"]}),
+        ((1, "TP0", ["a"], 5), {}),
+        ((1,), {}),  # missing rank
+        ((1, "TP0"), {"line": 2}),  # line twice
+        ((1, "TP0"), {"colour": "red"}),  # no such field
+        ((1, "TP0", [], 1, 9), {}),  # one too many
+    ],
+)
+def test_the_first_instances_and_the_compiled_init_bind_arguments_alike(args: tuple, kwargs: dict):
+    shared, compiled = _fresh_hit_class(), _fresh_hit_class()
+    compiled.__init__ = records._init(
+        compiled, list(field_names(compiled)), compiled.__record_defaults__, False
+    )
+    outcomes = []
+    for cls in (shared, compiled):
+        try:
+            made = cls(*args, **kwargs)
+            outcomes.append(("made", list(vars(made).items())))
+        except TypeError as error:
+            outcomes.append(("refused", str(error)))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_class_gets_its_compiled_init_once_it_makes_many_instances():
+    cls = _fresh_hit_class()
+    shared = cls.__init__
+    made = [cls(n, None) for n in range(records.COMPILE_AFTER + 5)]
+    assert cls.__init__ is not shared and cls.__init__.__code__.co_varnames[:3] == ("self", "line", "rank")
+    assert [m.line for m in made] == list(range(records.COMPILE_AFTER + 5))
+    assert all(m.tags == [] for m in made) and len({id(m.tags) for m in made}) == len(made)
