@@ -17,6 +17,7 @@ import json
 import marshal
 import math
 import re
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -269,7 +270,14 @@ def load_model(path: Path = MODEL_PATH) -> Model | None:
         stat = path.stat()
     except FileNotFoundError:
         return None
-    key = (_CACHE_FORMAT, str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    key = (
+        _CACHE_FORMAT,
+        sys.implementation.cache_tag,
+        str(path),
+        stat.st_size,
+        stat.st_mtime_ns,
+        stat.st_ctime_ns,
+    )
     cached = cache_path("model", key, ".marshal")
     stored = read_cached(cached)
     if stored is not None:

@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from dispatchlab.core import records
-from dispatchlab.core.records import FrozenInstanceError, field, field_names, record, replace
+from dispatchlab.core.records import FrozenInstanceError, field, field_names, from_fields, record, replace
 
 
 @record
@@ -157,3 +157,9 @@ def test_a_class_gets_its_compiled_init_once_it_makes_many_instances():
     assert cls.__init__ is not shared and cls.__init__.__code__.co_varnames[:3] == ("self", "line", "rank")
     assert [m.line for m in made] == list(range(records.COMPILE_AFTER + 5))
     assert all(m.tags == [] for m in made) and len({id(m.tags) for m in made}) == len(made)
+
+
+def test_a_record_read_back_from_its_fields_equals_the_one_that_wrote_them():
+    for value in (Hit(1, "TP0", ["a"], 3), Key(("a",), 2)):
+        copy = from_fields(type(value), vars(value).copy())
+        assert copy == value and repr(copy) == repr(value) and list(vars(copy)) == list(vars(value))

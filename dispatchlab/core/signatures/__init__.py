@@ -10,13 +10,14 @@ import contextlib
 import marshal
 import os
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
 from dispatchlab.core.parse.vocabulary import PHASE_ORDER
-from dispatchlab.core.records import field, field_names, record
+from dispatchlab.core.records import field, from_fields, record
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -133,10 +134,6 @@ class Signature:
     @property
     def patterns(self) -> list[str]:
         return [*self.any_patterns, *self.all_patterns, *self.sequence]
-
-
-# what a cached knowledge base keeps of each signature (the pattern ids are the knowledge base's to fill)
-_SIGNATURE_FIELDS = tuple(n for n in field_names(Signature) if not n.endswith("_ids"))
 
 
 @record
@@ -386,8 +383,9 @@ def load_knowledge_base(directory: Path | None = None) -> KnowledgeBase:
 
 
 # bump when what the cache holds changes shape; this module's own stamp is in the key too, so an edit to the
-# loader's validation or defaults also makes the cached knowledge base stale
-_CACHE_FORMAT = 2
+# loader's validation or defaults also makes the cached knowledge base stale (and the Python version: marshal
+# data is only promised to another run of the same one)
+_CACHE_FORMAT = 3
 
 
 def _tree_stamp(directory: str) -> tuple[tuple[str, int, int, int], ...]:
@@ -413,8 +411,8 @@ def _stamp(path: str, stat: os.stat_result) -> tuple[str, int, int, int]:
 @lru_cache(maxsize=4)
 def _load_cached(directory: str, stamp: tuple[tuple[str, int, int, int], ...]) -> KnowledgeBase:
     # a validated knowledge base is kept on disk too: a CLI call then starts without parsing ~100 TOML files;
-    # as marshal data (a dict per signature), which loads several times faster than a pickle of the objects
-    path = cache_path("kb", (_CACHE_FORMAT, directory, stamp), ".marshal")
+    # as marshal data (each record's fields), which loads several times faster than a pickle of the objects
+    path = cache_path("kb", (_CACHE_FORMAT, sys.implementation.cache_tag, directory, stamp), ".marshal")
     stored = read_cached(path)
     if stored is not None:
         try:
@@ -430,23 +428,23 @@ def _load_cached(directory: str, stamp: tuple[tuple[str, int, int, int], ...]) -
 
 def _to_plain(kb: KnowledgeBase) -> dict[str, Any]:
     def plain(signature: Signature) -> dict[str, Any]:
-        fields = {name: getattr(signature, name) for name in _SIGNATURE_FIELDS}
-        fields["fix_by_server"] = {k: (v.summary, v.args, v.env) for k, v in signature.fix_by_server.items()}
-        fields["tried_and_failed"] = [(t.what, t.why) for t in signature.tried_and_failed]
-        fields["examples"] = [(e.expect, e.log, e.facts) for e in signature.examples]
+        fields = vars(signature).copy()
+        fields["fix_by_server"] = {k: vars(v) for k, v in signature.fix_by_server.items()}
+        fields["tried_and_failed"] = [vars(t) for t in signature.tried_and_failed]
+        fields["examples"] = [vars(e) for e in signature.examples]
         return fields
 
-    return {"digest": kb.digest, "signatures": [plain(s) for s in kb.signatures]}
+    return {"digest": kb.digest, "patterns": kb.patterns, "signatures": [plain(s) for s in kb.signatures]}
 
 
 def _from_plain(data: dict[str, Any]) -> KnowledgeBase:
     signatures = []
     for fields in data["signatures"]:
-        fields["fix_by_server"] = {k: FixVariant(*v) for k, v in fields["fix_by_server"].items()}
-        fields["tried_and_failed"] = [TriedAndFailed(*t) for t in fields["tried_and_failed"]]
-        fields["examples"] = [Example(*e) for e in fields["examples"]]
-        signatures.append(Signature(**fields))
-    return KnowledgeBase.from_signatures(signatures, data["digest"])
+        fields["fix_by_server"] = {k: from_fields(FixVariant, v) for k, v in fields["fix_by_server"].items()}
+        fields["tried_and_failed"] = [from_fields(TriedAndFailed, t) for t in fields["tried_and_failed"]]
+        fields["examples"] = [from_fields(Example, e) for e in fields["examples"]]
+        signatures.append(from_fields(Signature, fields))
+    return KnowledgeBase(signatures, data["patterns"], data["digest"])
 
 
 def _load(directory: str) -> KnowledgeBase:
