@@ -4,7 +4,7 @@
 
 The two commands are timed in turn, run after run, so both see the same machine; each figure is the median
 of its runs: wall milliseconds, CPU milliseconds (user + system of the child) and the ratio match / pass.
-The goal (issue #19): the match in <= 50 ms. Timed with a plain wait, not the tree sampler of
+The goal (issue #19): the match in <= 50 ms where `python -c pass` takes 20 ms, i.e. a ratio <= 2.5. Timed with a plain wait, not the tree sampler of
 `treerun.run_tree`, whose 10 ms polling would round every figure up. With --imports N, also the N modules
 whose own import takes longest in the match (the least of the runs' `-X importtime`), and how many it loads.
 """
@@ -28,6 +28,8 @@ from common import OUT, PYTHON
 
 ONE_LINE = "[2026-01-01 00:00:00] Load weight begin. avail mem=70.00 GB\n"
 GOAL_MS = 50
+# the goal was set where `python -c pass` takes 20 ms: on a busier machine the ratio is the fairer reading
+GOAL_RATIO = GOAL_MS / 20
 _IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+\d+ \| \s*(\S+)")
 
 
@@ -73,8 +75,10 @@ def startup_line(figures: dict[str, float]) -> str:
     return (
         f"start-up: dispatchlab match on a one-line log {match:.0f} ms "
         f"(cpu {figures['match_cpu_ms']:.0f} ms), python -c pass {python:.0f} ms "
-        f"(cpu {figures['python_cpu_ms']:.0f} ms), ratio {match / python:.1f}; "
-        f"goal <= {GOAL_MS} ms: {'ok' if match <= GOAL_MS else 'MISSED'}"
+        f"(cpu {figures['python_cpu_ms']:.0f} ms), ratio {match / python:.2f}; goal <= {GOAL_MS} ms "
+        f"({GOAL_RATIO:.1f}x a quiet machine's 20 ms python -c pass): "
+        f"{'ok' if match <= GOAL_MS else 'MISSED'} in ms, {'ok' if match / python <= GOAL_RATIO else 'MISSED'} "
+        "in ratio"
     )
 
 
