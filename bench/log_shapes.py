@@ -9,7 +9,9 @@ then times on the same file, in the same run: the shared 224-pattern grep refere
 .gz both greps read `gzip -dc FILE |`. MB/s is of the uncompressed bytes; `tree MB` is the peak PSS of the
 whole process tree (forked scan workers counted); the goals: >= 100 MB/s and < 150 MB on every shape.
 `--repeat 10` times each shape's file written ten times over, one after the other: the shared bench's 1 GiB
-reference is its 100 MB log repeated ten times (../shared/bench/README.md). Also prints the start-up time of `dispatchlab match` on a one-line log.
+reference is its 100 MB log repeated ten times (../shared/bench/README.md). Also prints the start-up time of
+`dispatchlab match` on a one-line log, with `python -c pass` timed in the same run as its reference
+(bench/startup.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import argparse
 import gzip
 import os
 import shutil
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import OUT, parse_size
 from parse_throughput import GREP_ENV, grep_command, match_command, pattern_file
 from shapes import SHAPES
+from startup import startup_figures, startup_line
 from treerun import TreeRun, run_tree
 
 SHARED_PATTERNS = Path(__file__).resolve().parents[2] / "shared" / "bench" / "patterns.txt"
@@ -88,10 +90,8 @@ def best(runs: list[TreeRun]) -> TreeRun:
 
 
 def startup_ms() -> float:
-    one_line = OUT / "one-line.log"
-    one_line.write_text("[2026-01-01 00:00:00] Load weight begin. avail mem=70.00 GB\n")
-    run_tree(match_command(one_line))
-    return statistics.median(run_tree(match_command(one_line)).wall for _ in range(7)) * 1000
+    """The median wall milliseconds of `dispatchlab match --json` on a one-line log (bench/startup.py)."""
+    return startup_figures(7)["match_wall_ms"]
 
 
 def main() -> None:
@@ -111,7 +111,7 @@ def main() -> None:
     print(
         f"cores: {os.cpu_count()}, size per shape: {args.size / 1e6:,.0f} MB{repeat}, runs: {args.runs} (median)"
     )
-    print(f"start-up: dispatchlab match on a one-line log {startup_ms():.0f} ms")
+    print(startup_line(startup_figures(7)))
     header = (
         f"{'shape':<20} {'MB':>6} {'grep224 s':>9} {'own grep s':>10} {'match s':>8} {'cpu s':>6} "
         f"{'MB/s':>6} {'ratio224':>8} {'tree MB':>8}  goal"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import OUT, PYTHON, log_from_args
+from startup import startup_figures, startup_line
 from treerun import TreeRun, run_tree
 
 from dispatchlab.core.parse.scan import RULES
@@ -155,17 +155,10 @@ def main() -> None:
     args, log = log_from_args(__doc__.splitlines()[0])
     patterns = OUT / "patterns.ere"
     count = pattern_file(patterns)
-    one_line = OUT / "one-line.log"
-    one_line.write_text("[2026-01-01 00:00:00] Load weight begin. avail mem=70.00 GB\n")
-    run_tree(match_command(one_line))  # warm the page cache and the compiled-pattern cache
-    startup = statistics.median(run_tree(match_command(one_line)).wall for _ in range(5))
-    python = statistics.median(run_tree([PYTHON, "-c", "pass"]).wall for _ in range(5))
     print(
         f"patterns: {count} ({len(RULES)} rules + knowledge base), cores: {os.cpu_count()}, median of {args.runs} runs"
     )
-    print(
-        f"start-up: dispatchlab match on a one-line log {startup * 1000:.0f} ms (python -c pass: {python * 1000:.0f} ms)"
-    )
+    print(startup_line(startup_figures(5)))
     print(f"{'log':>10} {'command':<26} {'wall s':>7} {'cpu s':>7} {'MB/s':>7} {'tree MB':>8}")
     for target in (prefix(log, 100 * 1000 * 1000), log):
         mb = target.stat().st_size / 1e6

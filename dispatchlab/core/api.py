@@ -32,13 +32,14 @@ def analyze_paths(
 ) -> dict[str, Any]:
     """Parse, then match the knowledge base: the `match` document of docs/contract.md. With
     `line_index=(text_path, index_path)`, the same read writes the log viewer's text copy and index."""
-    from dispatchlab.core.lineindex import LineIndexWriter
     from dispatchlab.core.matching import analyze_sources
     from dispatchlab.core.reading import open_sources
 
     sources = open_sources(paths)
     if line_index is None:
         return analyze_sources(sources, progress=progress)
+    from dispatchlab.core.lineindex import LineIndexWriter
+
     writer = LineIndexWriter(*line_index)
     try:
         return analyze_sources(sources, progress=progress, index=writer)

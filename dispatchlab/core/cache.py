@@ -6,9 +6,10 @@ foreign or read-only cache only costs the time to rebuild.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
+
+from dispatchlab.core.digest import sha256_hex
 
 
 def cache_dir() -> Path:
@@ -19,7 +20,7 @@ def cache_dir() -> Path:
 
 
 def cache_path(kind: str, key: object, suffix: str) -> Path:
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    digest = sha256_hex(repr(key).encode())[:24]
     return cache_dir() / f"{kind}-{digest}{suffix}"
 
 

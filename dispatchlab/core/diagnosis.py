@@ -5,13 +5,13 @@ Typed for the core; `to_dict` gives the `match` document of docs/contract.md at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from dispatchlab.core.parse.model import ParsedLog
+from dispatchlab.core.records import field, record
 
 
-@dataclass
+@record
 class Fix:
     summary: str
     args: dict[str, Any]
@@ -21,14 +21,14 @@ class Fix:
     withheld_args: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@record
 class Evidence:
     line: int
     rank: str | None
     text: str
 
 
-@dataclass
+@record
 class Match:
     id: str
     title: str
@@ -64,7 +64,7 @@ class Match:
         }
 
 
-@dataclass
+@record
 class Diagnosis:
     parsed: ParsedLog
     matches: list[Match]

@@ -21,7 +21,6 @@ The figure is then what the knowledge base does for a log that no signature was 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import json
 import re
@@ -40,6 +39,7 @@ from dispatchlab.core.fallback import (
 )
 from dispatchlab.core.matching import analyze_sources
 from dispatchlab.core.reading import LogReadError, open_sources
+from dispatchlab.core.records import replace
 from dispatchlab.core.signatures import FAILURE_CLASSES, KnowledgeBase, Signature, load_knowledge_base
 
 FIELDS = ("server", "arch", "outcome")
@@ -170,7 +170,7 @@ def out_of_fold_cases(folders: list[Path]) -> list[dict[str, Any]]:
             source = str(label.get("source") or "")
             held_out = frozenset(s.id for s in kb.signatures if signature_from_case(s, source, case_lines))
             if held_out not in subsets:
-                kept = [dataclasses.replace(s) for s in kb.signatures if s.id not in held_out]
+                kept = [replace(s) for s in kb.signatures if s.id not in held_out]
                 subsets[held_out] = KnowledgeBase.from_signatures(kept, f"{kb.digest}-loso")
             thread = str(label.get("source") or label.get("url") or log.stem)
             fold = counts.model(

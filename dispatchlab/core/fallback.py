@@ -14,17 +14,21 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import marshal
 import math
 import re
+import sys
+from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dispatchlab.core.cache import cache_path, read_cached, write_cached
 from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import ParsedLog
+from dispatchlab.core.records import field, record
 
 MODEL_PATH = Path(__file__).resolve().parent / "data" / "fallback_model.json"
 ALPHA = 0.1  # additive smoothing of token counts
@@ -146,13 +150,13 @@ def shows_failure(tokens: Iterable[str]) -> bool:
 
 
 # ---------------------------------------------------------------- inference
-@dataclass(frozen=True)
+@record(frozen=True)
 class Guess:
     failure_class: str
     probability: float
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Calibrator:
     """A monotone step map from a decision's raw score to the share of such decisions that were right."""
 
@@ -180,11 +184,11 @@ def decision_kind(
     return "none" if failure_class == "none" else "rules"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Model:
     classes: tuple[str, ...]
     prior: tuple[float, ...]  # log prior per class
-    weights: dict[str, list[float]]  # token -> log P(token | class); other tokens are not read
+    weights: Mapping[str, list[float]]  # token -> log P(token | class); other tokens are not read
     temperature: float
     threshold: float  # below it the class is `other`, low confidence
     alarm_threshold: float  # a log the rules call `none` gets a failure class only above it
@@ -233,17 +237,70 @@ def _softmax(classes: Sequence[str], scores: Sequence[float], temperature: float
     )
 
 
+class _Rows(Mapping[str, list[float]]):
+    """A cached model's weights: one flat array of doubles and each token's row number; a row becomes a list
+    only when a log has that token (a few dozen of the thousands)."""
+
+    def __init__(self, rows: dict[str, int], flat: array[float], width: int) -> None:
+        self._rows, self._flat, self._width = rows, flat, width
+
+    def __getitem__(self, token: str) -> list[float]:
+        start = self._rows[token] * self._width
+        return self._flat[start : start + self._width].tolist()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+# bump when the cached form of the model changes
+_CACHE_FORMAT = 1
+
+
 @lru_cache(maxsize=1)
 def load_model(path: Path = MODEL_PATH) -> Model | None:
-    """The shipped model, read on first use; None when it is missing (the rules then decide alone)."""
+    """The shipped model, read on first use; None when it is missing (the rules then decide alone).
+
+    Parsing its JSON took longer than the rest of a one-line match, so a copy is kept in the cache dir as
+    marshal data with the weights as one array of doubles (the same floats the JSON gives), keyed by the
+    file's path, size and times: any write to the file makes the copy stale."""
     try:
-        return Model.from_json(json.loads(path.read_text(encoding="utf-8")))
+        stat = path.stat()
     except FileNotFoundError:
         return None
+    key = (
+        _CACHE_FORMAT,
+        sys.implementation.cache_tag,
+        str(path),
+        stat.st_size,
+        stat.st_mtime_ns,
+        stat.st_ctime_ns,
+    )
+    cached = cache_path("model", key, ".marshal")
+    stored = read_cached(cached)
+    if stored is not None:
+        try:
+            data, tokens, flat = marshal.loads(stored)
+            weights = array("d")
+            weights.frombytes(flat)
+            return Model.from_json({**data, "weights": _Rows(tokens, weights, len(data["classes"]))})
+        except Exception:  # written by another version of this code: rebuild it
+            pass
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    model = Model.from_json(data)
+    rows = data.pop("weights")
+    flat = array("d", [weight for row in rows.values() for weight in row])
+    write_cached(cached, marshal.dumps((data, {token: n for n, token in enumerate(rows)}, flat.tobytes())))
+    return model
 
 
 # ---------------------------------------------------------------- training
-@dataclass(frozen=True)
+@record(frozen=True)
 class Example:
     name: str
     source: str  # the thread: cases of one thread are held out together
@@ -332,7 +389,7 @@ def fit_temperature(classes: Sequence[str], scored: Sequence[tuple[Example, list
 
 
 # ---------------------------------------------------------------- the decision
-@dataclass(frozen=True)
+@record(frozen=True)
 class FallbackClass:
     failure_class: str
     confidence: float
@@ -435,7 +492,7 @@ def choose_thresholds(
 SHRINK = 2.0  # pseudo-decisions at the prior in each step and kind: three right of three is not 100%
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Decision:
     """One labelled case as leave-one-source-out diagnosed it: what decided, its raw score, whether right."""
 

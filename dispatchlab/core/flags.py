@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dispatchlab.core.versions import InvalidVersion, Version
+if TYPE_CHECKING:
+    from dispatchlab.core.versions import Version
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -24,6 +25,8 @@ def catalog(server: str) -> dict[str, dict[str, Any]]:
 
 
 def _key(version: str) -> Version | None:
+    from dispatchlab.core.versions import InvalidVersion, Version
+
     try:
         return Version(version)
     except InvalidVersion:

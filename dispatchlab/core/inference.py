@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from dispatchlab.core.digest import sha256_hex
 from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import Crash, ParsedLog, Traceback
 
@@ -76,7 +76,7 @@ def _crash_parts(crash: Crash, tb: Traceback | None) -> list[str]:
 
 def _digest(parts: list[str], kernels: Iterable[str]) -> str:
     parts = [*parts, *sorted({_kernel_stem(k) for k in kernels})]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return sha256_hex("\n".join(parts).encode())[:16]
 
 
 def fingerprint(parsed: ParsedLog, failure_class: str, best_id: str | None) -> str:

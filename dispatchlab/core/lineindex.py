@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import bisect
 import os
-import shutil
 import struct
-import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from dispatchlab.core.reading import decode_line, iter_chunks, open_sources
+from dispatchlab.core.records import record
 
 MAGIC = b"DLIDX\x02\x00\x00"
 CHECKPOINT_BYTES = 64 * 1024
@@ -63,6 +61,8 @@ class LineIndexWriter:
     def parts_dir(self) -> Path:
         """Where scan workers write their shares of the text: next to it (same disk), removed on close."""
         if self._parts is None:
+            import tempfile  # only a big log scanned in parallel has parts
+
             self._parts = Path(tempfile.mkdtemp(prefix=".parts-", dir=self.text_dir))
         return self._parts
 
@@ -82,6 +82,8 @@ class LineIndexWriter:
         self.text.close()
         self.index.close()
         if self._parts is not None:
+            import shutil
+
             shutil.rmtree(self._parts, ignore_errors=True)
         return self.lines
 
@@ -110,7 +112,7 @@ def write_line_index(
     return lines
 
 
-@dataclass
+@record
 class SearchResult:
     needle: str
     hits: list[tuple[int, str]]

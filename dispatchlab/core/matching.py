@@ -9,7 +9,6 @@ nothing fits and `none` only when nothing failed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatchlab.core.diagnosis import Diagnosis, Evidence, Fix, Match
@@ -29,6 +28,7 @@ from dispatchlab.core.parse.interpret.crash import crash_from_fatal_line
 from dispatchlab.core.parse.model import ParsedLog, PatternHit
 from dispatchlab.core.parse.vocabulary import VERSION_KEYS
 from dispatchlab.core.reading import Source
+from dispatchlab.core.records import record
 from dispatchlab.core.signatures import KnowledgeBase, Signature, load_knowledge_base
 from dispatchlab.core.versions import SpecifierSet
 
@@ -84,7 +84,7 @@ def apply_fact_overrides(facts: dict[str, Any], overrides: dict[str, Any]) -> di
     return merged
 
 
-@dataclass
+@record
 class ConditionResult:
     ok: bool
     satisfied: int

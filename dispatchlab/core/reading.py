@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import gzip
 import io
 import os
 import re
-import struct
 import sys
-import zipfile
-import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from dispatchlab.core import dumpformat
 from dispatchlab.core.lazyre import lazy_compile
+from dispatchlab.core.records import record
 
 CHUNK_BYTES = 16 * 1024 * 1024
 # A line keeps its first MAX_LINE_BYTES, the rest is dropped (memory stays bounded, a log of no newline at
@@ -41,7 +37,7 @@ MAX_EXPANDED_BYTES = 16 * 1024**3
 MAX_ZIP_MEMBERS = 10_000
 
 
-@dataclass
+@record
 class ExpansionBudget:
     """The caps in force, and the decompressed bytes read so far under them."""
 
@@ -94,7 +90,7 @@ class LogReadError(Exception):
     """The input is not a readable log. str(error) is one line meant for people."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Source:
     """One log inside the input (a file, a zip member, stdin)."""
 
@@ -132,7 +128,7 @@ class _BombGuard(io.RawIOBase):
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         try:
             data = self._inner.read(len(buffer))
-        except (OSError, EOFError, zlib.error, zipfile.BadZipFile, struct.error) as error:
+        except _corrupt_data_errors() as error:
             raise LogReadError(f"{self._name}: corrupt compressed data ({error})") from None
         n = len(data)
         buffer[:n] = data
@@ -152,6 +148,16 @@ class _BombGuard(io.RawIOBase):
     def close(self) -> None:
         self._inner.close()
         super().close()
+
+
+def _corrupt_data_errors() -> tuple[type[Exception], ...]:
+    """What a corrupt .gz or zip member raises while it is read (looked up only once one did: a plain log
+    never imports the decompressors)."""
+    import struct
+    import zipfile
+    import zlib
+
+    return (OSError, EOFError, zlib.error, zipfile.BadZipFile, struct.error)
 
 
 def _guarded(inner: BinaryIO, name: str, stored_bytes: int | None) -> BinaryIO:
@@ -206,6 +212,9 @@ def check_upload_head(stream: BinaryIO, name: str) -> None:
     if _magic(head) == "zip" or dumpformat.looks_like_pickle(head, name):
         return  # read under its own limits by open_sources (a zip's directory; a dump, never unpickled)
     if _magic(head) == "gzip":
+        import gzip
+        import zlib
+
         try:
             with gzip.GzipFile(fileobj=stream) as unpacked:
                 head = unpacked.read(SNIFF_BYTES)
@@ -221,32 +230,32 @@ def _safe_member_name(name: str) -> bool:
     return not (path.is_absolute() or ".." in path.parts or re.match(r"^[A-Za-z]:", name))
 
 
-_END_OF_DIRECTORY = struct.Struct("<4s4H2LH")  # the end of central directory record
-_ZIP64_LOCATOR = struct.Struct("<4sLQL")
-_ZIP64_END = struct.Struct("<4sQ2H2L4Q")
-
-
 def _zip_member_count(path: Path) -> int | None:
     """The member count the archive's end record declares, read before zipfile builds an object for
     every member of the directory (a 2 GiB directory would be millions of them). None: no such record,
     and zipfile will say what is wrong."""
+    import struct
+
+    end_record = struct.Struct("<4s4H2LH")  # the end of central directory record
+    zip64_locator = struct.Struct("<4sLQL")
+    zip64_end = struct.Struct("<4sQ2H2L4Q")
     with path.open("rb") as handle:
         size = handle.seek(0, os.SEEK_END)
-        tail_start = max(0, size - (_END_OF_DIRECTORY.size + 65535))  # the record, then a comment
+        tail_start = max(0, size - (end_record.size + 65535))  # the record, then a comment
         handle.seek(tail_start)
         tail = handle.read()
         at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or len(tail) - at < _END_OF_DIRECTORY.size:
+        if at < 0 or len(tail) - at < end_record.size:
             return None
-        count = int(_END_OF_DIRECTORY.unpack_from(tail, at)[4])
-        locator_at = at - _ZIP64_LOCATOR.size
+        count = int(end_record.unpack_from(tail, at)[4])
+        locator_at = at - zip64_locator.size
         if count != 0xFFFF or locator_at < 0 or tail[locator_at : locator_at + 4] != b"PK\x06\x07":
             return count
-        handle.seek(_ZIP64_LOCATOR.unpack_from(tail, locator_at)[2])
-        record = handle.read(_ZIP64_END.size)
-        if len(record) < _ZIP64_END.size or not record.startswith(b"PK\x06\x06"):
+        handle.seek(zip64_locator.unpack_from(tail, locator_at)[2])
+        record = handle.read(zip64_end.size)
+        if len(record) < zip64_end.size or not record.startswith(b"PK\x06\x06"):
             return count
-        return int(_ZIP64_END.unpack(record)[7])
+        return int(zip64_end.unpack(record)[7])
 
 
 def _check_member_count(count: int | None, budget: ExpansionBudget, display: str) -> None:
@@ -258,6 +267,10 @@ def _check_member_count(count: int | None, budget: ExpansionBudget, display: str
 
 
 def _zip_sources(path: Path, display: str) -> list[Source]:
+    import gzip
+    import struct
+    import zipfile
+
     budget = _current_budget()
     try:
         _check_member_count(_zip_member_count(path), budget, display)
@@ -339,6 +352,7 @@ def _file_sources(raw: str | Path) -> list[Source]:
     if kind == "zip":
         return _zip_sources(path, display)
     if kind == "gzip":
+        import gzip
 
         def gz_opener() -> BinaryIO:
             return _guarded(gzip.open(path, "rb"), display, size)  # type: ignore[arg-type]
@@ -356,6 +370,8 @@ def _stdin_source() -> list[Source]:
     stream: BinaryIO = buffered
     compressed = _magic(head) == "gzip"
     if compressed:
+        import gzip
+
         stream = _guarded(gzip.GzipFile(fileobj=buffered), "<stdin>", None)  # type: ignore[arg-type]
         head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]
     elif _magic(head) == "zip":

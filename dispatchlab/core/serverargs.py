@@ -3,10 +3,7 @@ config, `python -m sglang.launch_server ...` / `vllm serve ...` command lines. N
 
 from __future__ import annotations
 
-import ast
 import re
-import shlex
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,6 +69,9 @@ def _json_safe(value: Any) -> Any:
 
 
 def parse_value(text: str) -> Any:
+    import ast  # here and below, not at the top: a log without an arguments dump never needs the parser
+    import warnings
+
     text = text.strip()
     if not text:
         return None
@@ -131,6 +131,8 @@ def parse_server_args(text: str) -> tuple[dict[str, Any], bool]:
 
 def _parse_dict_dump(text: str) -> tuple[dict[str, Any], bool]:
     """Newer SGLang prints `server_args={'model_path': ..., ...}` (a dict, not the dataclass repr)."""
+    import ast
+
     end = _matching_paren(text[1:], 0)
     if end >= 0:
         try:
@@ -157,6 +159,8 @@ def parse_vllm_engine_config(text: str) -> dict[str, Any]:
 
 
 def parse_vllm_non_default(text: str) -> dict[str, Any]:
+    import ast
+
     i = text.find("{")
     if i < 0:
         return {}
@@ -183,6 +187,8 @@ LAUNCH_START = lazy_compile(
 def parse_launch_command(command: str) -> dict[str, Any]:
     """Flags of a launch command as {flag_name_with_underscores: value}; bare flags are True.
     `vllm serve MODEL` records the positional model as `model`."""
+    import shlex
+
     try:
         tokens = shlex.split(command, comments=False, posix=True)
     except ValueError:

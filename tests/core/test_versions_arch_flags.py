@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dispatchlab.core import arch, flags
-from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet
+from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet, Version
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_the_flag_catalog_takes_the_newest_release_not_newer_than_the_logs():
     assert versions, "the shipped SGLang catalog is empty"
     newest = flags.release_for("sglang", None)
     assert newest == flags.release_for("sglang", "99.0")
-    oldest_known = min(versions, key=lambda v: flags.Version(v))
+    oldest_known = min(versions, key=Version)
     assert flags.release_for("sglang", "0.0.1") == flags.catalog("sglang")[oldest_known]
     assert flags.release_for("sglang", "0.5.10.post1") == flags.catalog("sglang")["0.5.10.post1"]
 

@@ -4,13 +4,13 @@ user-facing text, and a compatibility matrix that reads one arch's note as every
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from datetime import date
 
 import pytest
 from django.test import Client
 
+from dispatchlab.core.records import replace
 from dispatchlab.core.signatures import KnowledgeBase, TriedAndFailed, load_knowledge_base
 from dispatchlab.decisions.markdown import markdown_cut, render_markdown_excerpt
 from dispatchlab.decisions.services import decision_create
@@ -123,7 +123,7 @@ def test_a_dead_end_that_names_no_arch_keeps_the_signatures_arches(alice, acme):
     crash = TriedAndFailed(
         what="--moe-runner-backend flashinfer_cutedsl", why="crashes with an illegal instruction"
     )
-    changed = dataclasses.replace(base, tried_and_failed=[crash])
+    changed = replace(base, tried_and_failed=[crash])
     others = [s for s in kb.signatures if s.id != base.id]
     matrix = compat_matrix(alice, kb=KnowledgeBase.from_signatures([*others, changed], kb.digest))
     for arch in base.conditions["arch_in"]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from dispatchlab.core.parse.vocabulary import MAX_HITS_PER_PATTERN
+from dispatchlab.core.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExtraPatterns:
     """Regexes reported line by line: hits land in `ParsedLog.pattern_hits` by index, at most `max_hits`
     each. Argument dumps never count as a hit (every flag name is in them)."""

@@ -9,10 +9,10 @@ TRT-LLM `[TRT-LLM] [I]`, syslog.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
 from dispatchlab.core.lazyre import lazy_compile
+from dispatchlab.core.records import record
 
 _VLLM_HEAD = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) \d{2}-\d{2} \d{2}:\d{2}:\d{2}"
 
@@ -99,7 +99,7 @@ _RANK_TAG = lazy_compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP|CP)(\d+)")
 LEVELS = {"W": "WARNING", "E": "ERROR", "I": "INFO", "D": "DEBUG", "F": "CRITICAL", "WARN": "WARNING"}
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Line:
     number: int
     raw: str

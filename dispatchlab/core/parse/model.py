@@ -6,13 +6,14 @@ boundaries (CLI, Celery task, API).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE
+from dispatchlab.core.records import field, field_names, record
 
 
-@dataclass
+@record
 class Event:
     line: int
     time: str | None
@@ -23,14 +24,14 @@ class Event:
     model: str | None = None
 
 
-@dataclass
+@record
 class Frame:
     file: str
     line: int
     function: str
 
 
-@dataclass
+@record
 class Traceback:
     line: int
     rank: str | None
@@ -48,7 +49,7 @@ class Traceback:
         return out
 
 
-@dataclass
+@record
 class Origin:
     value: str
     source: str  # flag | args | message | default | inferred
@@ -56,7 +57,7 @@ class Origin:
     text: str | None = None
 
 
-@dataclass
+@record
 class PatternHit:
     line: int
     rank: str | None
@@ -64,7 +65,7 @@ class PatternHit:
     groups: dict[str, str]
 
 
-@dataclass
+@record
 class Gpu:
     name: str | None = None
     arch: str | None = None
@@ -72,7 +73,7 @@ class Gpu:
     compute_capability: str | None = None
 
 
-@dataclass
+@record
 class Crash:
     line: int
     phase: str | None
@@ -96,7 +97,7 @@ class Crash:
         return out
 
 
-@dataclass
+@record
 class PhaseSpan:
     rank: str | None
     model: str
@@ -109,7 +110,7 @@ class PhaseSpan:
     detail: str
 
 
-@dataclass
+@record
 class ErrorLine:
     """An error line outside tracebacks, with the ranks that printed the same text."""
 
@@ -123,7 +124,7 @@ class ErrorLine:
     fatal: bool
 
 
-@dataclass
+@record
 class Metrics:
     points: list[dict[str, Any]] = field(default_factory=list)
     total: int = 0
@@ -133,7 +134,8 @@ class Metrics:
 @dataclass(slots=True)
 class RunSummary:
     """One server start of a file that holds several (a supervisor restarting a crashing server, attempts
-    concatenated): small on purpose, a crash loop keeps thousands of them."""
+    concatenated): small on purpose, a crash loop keeps thousands of them. A dataclass, not a record: the
+    scan copies the last run's with `dataclasses.replace`."""
 
     index: int
     first_line: int
@@ -159,7 +161,7 @@ class RunSummary:
         }
 
 
-@dataclass
+@record
 class ParsedLog:
     server: str = "unknown"
     server_version: str | None = None
@@ -214,9 +216,7 @@ class ParsedLog:
 
     def to_dict(self) -> dict[str, Any]:
         # dataclasses.asdict deep-copies every metric point and event: build the JSON shape directly
-        doc = {
-            name: getattr(self, name) for name in self.__dataclass_fields__ if name not in _NOT_IN_DOCUMENT
-        }
+        doc = {name: getattr(self, name) for name in field_names(self) if name not in _NOT_IN_DOCUMENT}
         doc["gpu"] = vars(self.gpu).copy()
         doc["timeline"] = [vars(e).copy() for e in self.timeline]
         doc["tracebacks"] = [t.to_dict() for t in self.tracebacks]

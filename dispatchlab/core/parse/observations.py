@@ -6,15 +6,17 @@ what the log means. `interpret` turns it into a ParsedLog.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import ErrorLine, Event, Origin, PatternHit, RunSummary, Traceback
 from dispatchlab.core.parse.vocabulary import MAX_MESSAGE, MAX_RUNS_LISTED, MAX_TIMELINE_EVENTS
+from dispatchlab.core.records import field, record
 
 
-class Milestone(NamedTuple):
+# records, not NamedTuples: typing.NamedTuple compiles each string annotation (13 here, 2 ms at start-up)
+@record(frozen=True, slots=True)
+class Milestone:
     line: int
     time: str | None
     rank: str | None
@@ -22,7 +24,8 @@ class Milestone(NamedTuple):
     model: str
 
 
-class Announcement(NamedTuple):
+@record(frozen=True, slots=True)
+class Announcement:
     """A backend the server said it uses; weak ones only fill a gap (a dtype in a load line)."""
 
     key: str
@@ -31,14 +34,15 @@ class Announcement(NamedTuple):
     weak: bool
 
 
-class FatalLine(NamedTuple):
+@record(frozen=True, slots=True)
+class FatalLine:
     line: int
     rank: str | None
     kind: str
     text: str
 
 
-@dataclass
+@record
 class Observations:
     # the lines themselves
     line_count: int = 0

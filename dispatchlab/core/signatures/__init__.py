@@ -6,17 +6,18 @@ that produced a match, so old matches stay explainable.
 
 from __future__ import annotations
 
-import hashlib
-import pickle
+import contextlib
+import marshal
+import os
 import re
-from dataclasses import dataclass, field
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
 from dispatchlab.core.parse.vocabulary import PHASE_ORDER
-from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet
+from dispatchlab.core.records import field, from_fields, record
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -81,14 +82,14 @@ class SignatureError(ValueError):
         super().__init__(f"{path}: {field_name}: {problem}")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Example:
     expect: str  # "match" | "no_match"
     log: str
     facts: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FixVariant:
     """The fix in another server's flags (a FlashInfer kernel fails the same way under SGLang and vLLM)."""
 
@@ -97,13 +98,13 @@ class FixVariant:
     env: dict[str, str]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TriedAndFailed:
     what: str
     why: str
 
 
-@dataclass
+@record
 class Signature:
     id: str
     path: str
@@ -135,7 +136,7 @@ class Signature:
         return [*self.any_patterns, *self.all_patterns, *self.sequence]
 
 
-@dataclass
+@record
 class KnowledgeBase:
     signatures: list[Signature]
     patterns: list[str]
@@ -189,6 +190,8 @@ def _patterns(match: dict[str, Any], key: str, path: Path) -> list[str]:
 
 
 def _conditions(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+    from dispatchlab.core.versions import InvalidSpecifier, SpecifierSet  # a rebuild of the cache only
+
     conditions: dict[str, Any] = {}
     for key, value in raw.items():
         where = f"conditions.{key}"
@@ -376,31 +379,77 @@ def signature_files(directory: Path = DATA_DIR) -> list[Path]:
 
 def load_knowledge_base(directory: Path | None = None) -> KnowledgeBase:
     """Load and validate every signature; raises SignatureError naming the file and field."""
-    return _load_cached(str(directory or DATA_DIR), _tree_stamp(directory or DATA_DIR))
+    return _load_cached(str(directory or DATA_DIR), _tree_stamp(str(directory or DATA_DIR)))
 
 
-def _tree_stamp(directory: Path) -> tuple[tuple[str, int, int], ...]:
-    return tuple((str(p), (st := p.stat()).st_mtime_ns, st.st_size) for p in signature_files(directory))
+# bump when what the cache holds changes shape; this module's own stamp is in the key too, so an edit to the
+# loader's validation or defaults also makes the cached knowledge base stale (and the Python version: marshal
+# data is only promised to another run of the same one)
+_CACHE_FORMAT = 3
+
+
+def _tree_stamp(directory: str) -> tuple[tuple[str, int, int, int], ...]:
+    """Every signature file's path, size, mtime and ctime, and this module's: what a cached load was made
+    from (the ctime changes with any write, even one that keeps size and mtime). os.scandir, not
+    Path.rglob: this runs on every command."""
+    found: list[tuple[str, int, int, int]] = []
+    pending = [directory]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    pending.append(entry.path)
+                elif entry.name.endswith(".toml"):
+                    found.append(_stamp(entry.path, entry.stat()))
+    return (*sorted(found), _stamp(__file__, os.stat(__file__)))
+
+
+def _stamp(path: str, stat: os.stat_result) -> tuple[str, int, int, int]:
+    return path, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 @lru_cache(maxsize=4)
-def _load_cached(directory: str, stamp: tuple[tuple[str, int, int], ...]) -> KnowledgeBase:
-    # a validated knowledge base is kept on disk too: a CLI call then starts without parsing ~100 TOML files
-    path = cache_path("kb", (directory, stamp), ".pickle")
+def _load_cached(directory: str, stamp: tuple[tuple[str, int, int, int], ...]) -> KnowledgeBase:
+    # a validated knowledge base is kept on disk too: a CLI call then starts without parsing ~100 TOML files;
+    # as marshal data (each record's fields), which loads several times faster than a pickle of the objects
+    path = cache_path("kb", (_CACHE_FORMAT, sys.implementation.cache_tag, directory, stamp), ".marshal")
     stored = read_cached(path)
     if stored is not None:
         try:
-            loaded = pickle.loads(stored)
-            if isinstance(loaded, KnowledgeBase):
-                return loaded
+            return _from_plain(marshal.loads(stored))
         except Exception:  # written by another version of this code: rebuild it
             pass
     kb = _load(directory)
-    write_cached(path, pickle.dumps(kb, protocol=pickle.HIGHEST_PROTOCOL))
+    # a value marshal cannot hold (a TOML date) leaves no cache: the files are then read every time
+    with contextlib.suppress(ValueError):
+        write_cached(path, marshal.dumps(_to_plain(kb)))
     return kb
 
 
+def _to_plain(kb: KnowledgeBase) -> dict[str, Any]:
+    def plain(signature: Signature) -> dict[str, Any]:
+        fields = vars(signature).copy()
+        fields["fix_by_server"] = {k: vars(v) for k, v in signature.fix_by_server.items()}
+        fields["tried_and_failed"] = [vars(t) for t in signature.tried_and_failed]
+        fields["examples"] = [vars(e) for e in signature.examples]
+        return fields
+
+    return {"digest": kb.digest, "patterns": kb.patterns, "signatures": [plain(s) for s in kb.signatures]}
+
+
+def _from_plain(data: dict[str, Any]) -> KnowledgeBase:
+    signatures = []
+    for fields in data["signatures"]:
+        fields["fix_by_server"] = {k: from_fields(FixVariant, v) for k, v in fields["fix_by_server"].items()}
+        fields["tried_and_failed"] = [from_fields(TriedAndFailed, t) for t in fields["tried_and_failed"]]
+        fields["examples"] = [from_fields(Example, e) for e in fields["examples"]]
+        signatures.append(from_fields(Signature, fields))
+    return KnowledgeBase(signatures, data["patterns"], data["digest"])
+
+
 def _load(directory: str) -> KnowledgeBase:
+    import hashlib
+
     files = signature_files(Path(directory))
     digest = hashlib.sha256()
     signatures: list[Signature] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from dispatchlab.core.lazyre import lazy_compile
@@ -20,6 +19,7 @@ from dispatchlab.core.parse.vocabulary import (
     MAX_WARNING_EVENTS,
     without_numbers,
 )
+from dispatchlab.core.records import field, record
 
 STOP_EXIT_CODES = {"-15", "-2", "143", "130"}
 _TB_TERM = (
@@ -163,7 +163,7 @@ def _printed_again(entry: Traceback | ErrorLine, rank: str | None) -> None:
         entry.ranks.append(rank)
 
 
-@dataclass
+@record
 class _OpenTraceback:
     tb: Traceback
     chained: list[dict[str, str]] = field(default_factory=list)

@@ -6,7 +6,6 @@ Also tracks the phase each rank is in, which tells whether a load or KV line bel
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 from dispatchlab.core.parse.extract import Hits
@@ -14,6 +13,7 @@ from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import Origin
 from dispatchlab.core.parse.observations import Announcement, Observations
 from dispatchlab.core.parse.vocabulary import Phase
+from dispatchlab.core.records import record
 
 _CG_BEGIN = (
     r"^Capture (?P<what>[\w -]*?)graph begin(?: \(step (?P<step>\d+)\))?\."
@@ -37,7 +37,7 @@ _MAX_TOTAL = (
 )
 
 
-@dataclass
+@record
 class _RankState:
     phase: Phase = Phase.INIT
     model: str = "main"

@@ -61,13 +61,14 @@ def _from_args(
 
 def _refine(obs: Observations, main: dict[str, Origin], draft: dict[str, Origin]) -> None:
     """A concrete announcement refines `auto`/None or confirms the dump; a weak one only fills a gap."""
-    for key, origin, model, weak in obs.announcements:
-        target = main if model == "main" else draft
+    for announced in obs.announcements:
+        key, weak = announced.key, announced.weak
+        target = main if announced.model == "main" else draft
         current = target.get(key)
         if current is not None and weak and current.value not in _UNRESOLVED:
             continue
         if current is None or current.value in _UNRESOLVED or (not weak and current.source != "flag"):
-            target[key] = origin
+            target[key] = announced.origin
 
 
 def _draft(

@@ -4,7 +4,6 @@ known fatal line the knowledge base recognised when the log holds nothing else).
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.parse.model import Crash, Event, Frame, PhaseSpan
@@ -16,6 +15,7 @@ from dispatchlab.core.parse.vocabulary import (
     Phase,
     rank_sort_key,
 )
+from dispatchlab.core.records import record
 
 WRAPPER_EXCEPTIONS = lazy_compile(
     r"Engine core initialization failed|EngineDeadError|EngineCore encountered an issue|"
@@ -39,7 +39,8 @@ _CAPTURE_FAILED = lazy_compile(r"Capture (?:[\w-]+ )*(?:cuda|CUDA|cpu) graph fai
 _GROUP = lazy_compile(r"(?:Base)?ExceptionGroup$")
 
 
-class Candidate(NamedTuple):
+@record(frozen=True, slots=True)
+class Candidate:
     line: int
     rank: str | None
     exception: str
