@@ -28,8 +28,8 @@ _DIGITS = b"0123456789"
 _NEWLINE = ord("\n")
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 FOLLOWING_LINES = 400
-_VIEWED_BYTES = 16 * 1024
 FOLLOWING_BYTES = 512 * 1024
+_VIEWED_BYTES = 16 * 1024  # a hit line this long goes into the scan's text from the chunk, not from a copy
 # a crash loop's repeated blocks are taken from the block before them, not read line by line (tests turn it
 # off to compare); a chunk is searched for them from this size, blocks up to this many lines
 INFER_REPEATS = True
