@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from dataclasses import dataclass, field
 
 from dispatchlab.core.lineindex import chunk_checkpoints
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.reading import MAX_PARSED_LINE_BYTES
+from dispatchlab.core.records import field, record
 
+WORKER_CHUNK_BYTES = 4 * 1024 * 1024  # the chunks a scan reads: small ones keep memory flat
 STAT_NEEDLES = (b"Decode batch", b"Avg prompt throughput", b"Prefill batch")
 COUNTED_NEEDLES = STAT_NEEDLES[:2]  # decode-side statistics lines: the series' total
 # what makes a line one whose dump or command may continue on the next lines (substring tests: a regex
@@ -40,7 +41,7 @@ _MAX_PROBE_COPIES = 64
 _MIN_ERROR_MARKS, _GATE_BYTES = 8, 128 * 1024
 
 
-@dataclass
+@record
 class Hit:
     index: int  # 0-based line index within the chunk
     raw: bytes  # the line (at most MAX_PARSED_LINE_BYTES)
@@ -51,7 +52,7 @@ class Hit:
     # (equal keys over a run's lines: the same run again)
 
 
-@dataclass
+@record
 class Repeats:
     """Hits the scan worker did not read line by line: blocks of lines that repeat the block before them
     (digits aside), so their hits are that block's hits, moved down by a block each time."""
@@ -85,7 +86,7 @@ class Repeats:
         return text[offset + starts[line] : offset + starts[line + 1] - 1]
 
 
-@dataclass
+@record
 class ChunkScan:
     """A chunk's hits as columns (one object per hit costs more to pickle than to scan a line)."""
 

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
 from dispatchlab.core.parse.extract.servers import ServerMentions, marker_rules
 from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.records import record
 
 SHORTCUT = True  # tests turn it off to compare
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FramePlan:
     """The rules of a frame line: tb_frame's id, and the server mention rule's id, name, server and weight."""
 

@@ -6,7 +6,6 @@ boundaries (CLI, Celery task, API).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from dispatchlab.core.parse.vocabulary import NOT_FAILURE_EVIDENCE
@@ -131,11 +130,10 @@ class Metrics:
     sampled_every: int = 1
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class RunSummary:
     """One server start of a file that holds several (a supervisor restarting a crashing server, attempts
-    concatenated): small on purpose, a crash loop keeps thousands of them. A dataclass, not a record: the
-    scan copies the last run's with `dataclasses.replace`."""
+    concatenated): small on purpose, a crash loop keeps thousands of them."""
 
     index: int
     first_line: int

@@ -15,18 +15,17 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from dispatchlab.core.parse.chunkscan import ChunkScan, scan_chunk
+from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, scan_chunk
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.reading import MAX_LINE_BYTES, normalise_chunk, rest_of_long_line
+from dispatchlab.core.records import record
 
 SEGMENT_BYTES = 16 * 1024 * 1024  # what one worker runs ahead: its results wait in memory
 # ---------------------------------------------------------------- segments of a big plain file, in parallel
 MIN_SEGMENT_BYTES = 8 * 1024 * 1024
-WORKER_CHUNK_BYTES = 4 * 1024 * 1024  # small chunks keep each worker's memory flat
 
 
 def _segment_bounds(path: Path, size: int, workers: int) -> list[tuple[int, int]]:
@@ -81,7 +80,7 @@ def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
         yield normalise_chunk(carry + b"\n")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Segment:
     start: int
     end: int

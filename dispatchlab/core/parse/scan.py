@@ -8,16 +8,14 @@ Observations record.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dispatchlab.core.lineindex import LineIndexWriter
-from dispatchlab.core.parse.chunkscan import ChunkScan, Hit, scan_chunk
+from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, Hit, scan_chunk
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
@@ -35,12 +33,6 @@ from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_
 from dispatchlab.core.parse.lineformat import Line, split_line
 from dispatchlab.core.parse.model import PatternHit, RunSummary
 from dispatchlab.core.parse.observations import Observations
-from dispatchlab.core.parse.parallelscan import (
-    WORKER_CHUNK_BYTES,
-    parallel_workers,
-    scan_file_in_parallel,
-    scan_pieces_in_parallel,
-)
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.parse.vocabulary import (
     MAX_MESSAGE,
@@ -49,6 +41,10 @@ from dispatchlab.core.parse.vocabulary import (
     ProgressCallback,
 )
 from dispatchlab.core.reading import Source, decode_line, iter_chunks
+from dispatchlab.core.records import record, replace
+
+if TYPE_CHECKING:
+    from dispatchlab.core.lineindex import LineIndexWriter
 
 # the order extractors see a line in: server mentions (they never claim a line), arguments (a dump line is
 # nothing else), failures last
@@ -89,12 +85,11 @@ _MAX_TEMPLATE_HITS = 20_000  # a run compared with the next holds this many hits
 # same whether a run was read or replayed, so the document does not depend on which)
 _LOOP_RUNS = 20
 
-
 _ExtraHits = list[tuple[int, re.Match[str]]]  # (extra pattern, its match) of a line
 _ReadLine = tuple[Line, Hits, _ExtraHits]  # a line and its hits
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunTemplate:
     """The last run read line by line: its hits' keys (after its start line), the key of the start that
     ended it, its record, and what it added to the file's counts (events, warnings, server votes)."""
@@ -181,6 +176,8 @@ class Scan:
 
     def chunks_in_parallel(self, source: Source, workers: int) -> Iterator[ChunkScan]:
         """A compressed log: decompressed here, its pieces scanned by forked workers."""
+        from dispatchlab.core.parse.parallelscan import scan_pieces_in_parallel
+
         # read in pieces the workers' size: a few of them in memory at once
         pieces = (memoryview(piece) for piece in iter_chunks(source, WORKER_CHUNK_BYTES))
         scans = scan_pieces_in_parallel(
@@ -333,7 +330,7 @@ class Scan:
                 self.metrics.sample(raw, number)
         self.failures.finish()
         obs.finished_run(
-            dataclasses.replace(
+            replace(
                 template.summary,
                 index=obs.run_total + 1,
                 first_line=obs.run_first_line,
@@ -542,9 +539,12 @@ class Scan:
 
 def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
     """A big plain file is scanned by forked workers, segment by segment; a big compressed one by forked
-    workers, piece by piece as it is decompressed here; anything else here, chunk by chunk."""
+    workers, piece by piece as it is decompressed here; anything else here, chunk by chunk (forking, pickling
+    and their threads are imported only for a big log)."""
     path, size = source.path, source.stored_bytes or 0
     if path is not None and size >= PARALLEL_MIN_BYTES:
+        from dispatchlab.core.parse.parallelscan import parallel_workers, scan_file_in_parallel
+
         workers = parallel_workers()
         if workers > 1:
             index = run.index
@@ -553,6 +553,8 @@ def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
                 run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
             )
     if source.compressed and size >= PARALLEL_MIN_COMPRESSED_BYTES:
+        from dispatchlab.core.parse.parallelscan import parallel_workers
+
         workers = parallel_workers()
         if workers > 1:
             return run.chunks_in_parallel(source, workers)
