@@ -76,6 +76,12 @@ def alice_client(alice: User) -> Client:
 
 
 @pytest.fixture
+def alice_in_lab(alice_client: Client, acme: Project, alice: User) -> tuple[Client, Project, User]:
+    """A member's logged-in client, her project and herself."""
+    return alice_client, acme, alice
+
+
+@pytest.fixture
 def bob_client(bob: User) -> Client:
     return _client(bob)
 

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from test_crash_pointers import report_from_log
-
-from dispatchlab.reports.models import Membership, Project
 
 DUMP = (
     Path(__file__).resolve().parents[1]
@@ -20,16 +17,6 @@ DUMP = (
     / "gpu-node-07"
     / "crash_dump_2026-03-14_09-26-53.pkl"
 )
-
-
-@pytest.fixture
-def alice_in_lab(db: None) -> tuple[Client, Project, User]:
-    project = Project.objects.create(name="Lab", slug="lab")
-    alice = User.objects.create_user("alice", password="password")
-    Membership.objects.create(user=alice, project=project, role="member")
-    client = Client()
-    client.force_login(alice)
-    return client, project, alice
 
 
 def test_a_crash_dump_alone_shows_the_model_backends_and_requests_in_flight(alice_in_lab, tmp_path):

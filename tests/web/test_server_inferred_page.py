@@ -5,25 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-from django.contrib.auth.models import User
-from django.test import Client
 from django.urls import reverse
 from test_crash_pointers import report_from_log
 
-from dispatchlab.reports.models import Membership, Project
-
 SERVERS = Path(__file__).resolve().parents[1] / "fixtures" / "servers"
-
-
-@pytest.fixture
-def alice_in_lab(db: None) -> tuple[Client, Project, User]:
-    project = Project.objects.create(name="Lab", slug="lab")
-    alice = User.objects.create_user("alice", password="password")
-    Membership.objects.create(user=alice, project=project, role="member")
-    client = Client()
-    client.force_login(alice)
-    return client, project, alice
 
 
 def test_a_vllm_log_with_a_foreign_prefix_shows_vllm_inferred_and_no_sglang_flag(alice_in_lab, tmp_path):
