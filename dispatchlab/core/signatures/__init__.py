@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
+from dispatchlab.core.digest import sha256
 from dispatchlab.core.parse.vocabulary import PHASE_ORDER
 from dispatchlab.core.records import field, from_fields, record
 
@@ -448,10 +449,8 @@ def _from_plain(data: dict[str, Any]) -> KnowledgeBase:
 
 
 def _load(directory: str) -> KnowledgeBase:
-    import hashlib
-
     files = signature_files(Path(directory))
-    digest = hashlib.sha256()
+    digest = sha256()
     signatures: list[Signature] = []
     seen: dict[str, str] = {}
     for path in files:
