@@ -7,6 +7,8 @@ first, `hashlib` where this Python has none (3.12 renamed it `_sha2`).
 
 from __future__ import annotations
 
+__all__ = ["sha256", "sha256_hex"]
+
 try:
     from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # pragma: no cover - other Python versions
