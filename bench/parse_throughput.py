@@ -116,7 +116,8 @@ def stages(log: Path) -> dict[str, float]:
     from dispatchlab.core.matching import diagnose
     from dispatchlab.core.parse import scan as scan_module
     from dispatchlab.core.parse.interpret import interpret
-    from dispatchlab.core.parse.scan import ExtraPatterns, compiled_rules, scan_sources
+    from dispatchlab.core.parse.scan import ExtraPatterns, compiled_rules
+    from dispatchlab.core.parse.sources import scan_sources
     from dispatchlab.core.reading import open_sources
 
     kb = load_knowledge_base()

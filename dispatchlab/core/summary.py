@@ -47,6 +47,13 @@ def _head(doc: dict[str, Any]) -> list[str]:
     if versions:
         out.append("versions " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     out.append(f"outcome  {doc.get('outcome')}   ({doc.get('line_count', 0):,} lines)")
+    sampled = doc.get("checks_sampled")
+    if sampled:
+        checked, total = sampled["checked_bytes"] / 1e6, sampled["total_bytes"] / 1e6
+        out.append(
+            f"sampled  {'; '.join(sampled['checks'].values())}: looked for in {checked:,.0f} of {total:,.0f} MB "
+            "(the first and last stretch, one in eight between)"
+        )
     return out + describe_runs(doc.get("runs") or [], doc.get("runs_omitted_by_fingerprint") or {})
 
 

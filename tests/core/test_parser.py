@@ -278,11 +278,10 @@ def test_real_server_args_reprs_parse_to_the_values_sglang_set(dump):
 
 
 def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, monkeypatch):
-    from dispatchlab.core.parse import parallelscan, scan
+    from dispatchlab.core.parse import chunkscan, sources
 
-    monkeypatch.setattr(parallelscan, "SEGMENT_BYTES", 4 * 1024 * 1024)
-    monkeypatch.setattr(parallelscan, "MIN_SEGMENT_BYTES", 1024 * 1024)
-    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 1024 * 1024)
+    monkeypatch.setattr(chunkscan, "SAMPLED_STRETCH_BYTES", 2 * 1024 * 1024)
+    monkeypatch.setattr(sources, "PARALLEL_MIN_BYTES", 1024 * 1024)
     serving = (LOGS / "sglang_h100_serving.log").read_bytes()
     path = tmp_path / "big.log"
     with path.open("wb") as handle:
@@ -311,11 +310,11 @@ def test_a_big_plain_log_parses_the_same_on_several_cores_as_on_one(tmp_path, mo
 def test_a_big_compressed_log_parses_the_same_on_several_cores_as_on_one(tmp_path, monkeypatch):
     import gzip
 
-    from dispatchlab.core.parse import parallelscan, scan
+    from dispatchlab.core.parse import parallelscan, sources
 
     monkeypatch.setattr(parallelscan, "WORKER_CHUNK_BYTES", 256 * 1024)
-    monkeypatch.setattr(scan, "WORKER_CHUNK_BYTES", 256 * 1024)
-    monkeypatch.setattr(scan, "PARALLEL_MIN_COMPRESSED_BYTES", 1024)
+    monkeypatch.setattr(sources, "WORKER_CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setattr(sources, "PARALLEL_MIN_COMPRESSED_BYTES", 1024)
     serving = (LOGS / "sglang_h100_serving.log").read_bytes()
     path = tmp_path / "big.log.gz"
     with gzip.open(path, "wb") as handle:

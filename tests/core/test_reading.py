@@ -173,10 +173,10 @@ def test_the_parse_writes_the_viewers_copy_and_index_in_the_same_read(
     tmp_path: Path, monkeypatch, workers: str
 ):
     from dispatchlab.core import analyze_paths
-    from dispatchlab.core.parse import parallelscan, scan
+    from dispatchlab.core.parse import chunkscan, parallelscan, sources
 
-    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 64 * 1024)
-    monkeypatch.setattr(parallelscan, "MIN_SEGMENT_BYTES", 64 * 1024)
+    monkeypatch.setattr(sources, "PARALLEL_MIN_BYTES", 64 * 1024)
+    monkeypatch.setattr(chunkscan, "SAMPLED_STRETCH_BYTES", 128 * 1024)
     monkeypatch.setattr(parallelscan, "WORKER_CHUNK_BYTES", 16 * 1024)
     monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", workers)
     lines = [f"[2026-01-01 00:00:{n % 60:02d} TP{n % 4}] step {n}\x1b[0m" for n in range(1, 30001)]

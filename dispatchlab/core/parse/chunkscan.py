@@ -4,9 +4,10 @@ in worker processes over line-aligned segments (one per core), so gigabyte logs 
 
 from __future__ import annotations
 
-import zlib
+import itertools
 from array import array
 
+from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.lineindex import chunk_checkpoints
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.reading import MAX_PARSED_LINE_BYTES
@@ -28,6 +29,8 @@ CONTINUED = (
 _DIGITS = b"0123456789"
 _NEWLINE = ord("\n")
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
+_NOT_DIGITS = bytes(b for b in range(256) if b not in _DIGITS)
+_DIGIT = lazy_compile(rb"[0-9]")
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
 _VIEWED_BYTES = 16 * 1024  # a hit line this long goes into the scan's text from the chunk, not from a copy
@@ -39,6 +42,19 @@ _MAX_BLOCK_LINES = 20_000
 _MAX_PROBE_COPIES = 64
 # error words and traceback frames in the middle of a chunk that make it worth searching for repeats
 _MIN_ERROR_MARKS, _GATE_BYTES = 8, 128 * 1024
+# The rules Hyperscan can only run byte by byte (no literal to look for: a token repeated, a word looping; the
+# extractors' SAMPLED) cost two thirds of a server log's scan. A log is read in stretches of this size: its
+# first and last stretch and one in SAMPLED_EVERY between are read with them, the others without, and the
+# document says how much was (`checks_sampled`). A log of one stretch is read whole.
+SAMPLED_STRETCH_BYTES = 8 * 1024 * 1024
+SAMPLED_EVERY = 8
+
+
+def reads_sampled(stretch: int, stretches: int | None) -> bool:
+    """Whether stretch number `stretch` of a log (of `stretches`; None: a stream, its length unknown) is read
+    with the sampled rules. Decided by the stretch alone, not by which process reads it: a log parses the
+    same on any number of cores."""
+    return stretch % SAMPLED_EVERY == 0 or (stretches is not None and stretch == stretches - 1)
 
 
 @record
@@ -55,35 +71,43 @@ class Hit:
 @record
 class Repeats:
     """Hits the scan worker did not read line by line: blocks of lines that repeat the block before them
-    (digits aside), so their hits are that block's hits, moved down by a block each time."""
+    (digits aside), so their hits are that block's hits, moved down by a block each time.
+
+    Every block holds the same lines but for their digits' values: the same bytes at the same offsets. So the
+    blocks' text is sent as one block's and the digits of all of them (a crash loop's chunk shrinks ten times,
+    and no compressing or unpacking: zlib cost a crash loop's parse a fifth of its time)."""
 
     first_hit: int  # the first such hit's number in the chunk's columns
     count: int
-    first_line: int  # the chunk line that `text` starts with (the line before the first repeated block)
-    packed: bytes  # the lines the hits are read from, compressed (a crash loop's shrink 30 times)
+    first_line: int  # the chunk line before the first repeated block (`before`)
+    before: bytes  # that line
+    template: bytes  # the first repeated block's lines, each ending in a newline
+    digits: bytes  # every repeated block's digits, in order
     previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
     block_lines: int = 0
-    text: bytes | None = None  # `packed` unpacked, in the parsing process, on first use
-    # every block holds the same lines but for their digits' values: the same bytes at the same offsets. Where
-    # each line of a block starts from the block's start (and the next block), and where the first block starts
-    starts: list[int] = field(default_factory=list)
-    head: int = 0
+    # per line of a block: its text split at its digits, and how many digits a block has before it (on first use)
+    pieces: list[list[bytes]] = field(default_factory=list)
+    digit_starts: list[int] = field(default_factory=list)
 
     def line(self, number: int) -> bytes:
-        """Line `number` of the chunk, found from the blocks' shape (no list of a chunk's lines)."""
-        text = self.text
-        if text is None:
-            text = self.text = zlib.decompress(self.packed)
-            head = self.head = text.index(b"\n") + 1
-            self.starts = [0]
-            for _ in range(self.block_lines):
-                self.starts.append(text.index(b"\n", head + self.starts[-1]) + 1 - head)
+        """Line `number` of the chunk, rebuilt from the blocks' shape and their digits."""
         after = number - self.first_line - 1  # lines after the one before the first block
         if after < 0:
-            return text[: self.head - 1]
+            return self.before
+        if not self.pieces:
+            lines = self.template.split(b"\n")[: self.block_lines]
+            self.pieces = [_DIGIT.split(line) for line in lines]
+            self.digit_starts = list(itertools.accumulate((len(p) - 1 for p in self.pieces), initial=0))
         block, line = divmod(after, self.block_lines)
-        offset, starts = self.head + block * self.starts[-1], self.starts
-        return text[offset + starts[line] : offset + starts[line + 1] - 1]
+        pieces, starts = self.pieces[line], self.digit_starts
+        if len(pieces) == 1:
+            return pieces[0]
+        first = block * starts[-1] + starts[line]
+        digits = self.digits[first : first + len(pieces) - 1]
+        out = [pieces[0]]
+        for at, piece in enumerate(pieces[1:]):
+            out += (digits[at : at + 1], piece)
+        return b"".join(out)
 
 
 @record
@@ -107,6 +131,7 @@ class ChunkScan:
         default_factory=list
     )  # (line index, offset) for the line index
     repeats: Repeats | None = None
+    with_sampled: bool = True  # read with the sampled rules (SAMPLED_STRETCH_BYTES)
 
     def __len__(self) -> int:
         return len(self.hit_lines)
@@ -223,10 +248,13 @@ class _Columns:
         end: int,
         line_base: int,
         others: _Others | None = None,
+        with_sampled: bool = True,
     ) -> None:
         """The hits of chunk[start:end] (whole lines, the first being line `line_base`), line by line; with
         `others` (the whole chunk), its statistics lines and checkpoints are placed in the same walk."""
-        starts, line_rules = scanner.lines(chunk[start:end] if start or end < len(chunk) else chunk)
+        starts, line_rules = scanner.lines(
+            chunk[start:end] if start or end < len(chunk) else chunk, with_sampled
+        )
         count, find, size = chunk.count, chunk.find, len(chunk)
         index, cursor = line_base, start
         # the columns as locals: this loop runs once per hit (120,000 times in a traceback flood's 100 MB)
@@ -383,6 +411,7 @@ def scan_chunk(
     next_sample: int,
     *,
     checkpoints: bool = False,
+    with_sampled: bool = True,
 ) -> ChunkScan:
     sample_starts, next_sample, metric_lines = _samples(chunk, stride, next_sample)
     others = _Others(chunk, sample_starts, chunk_checkpoints(chunk) if checkpoints else [])
@@ -390,13 +419,13 @@ def scan_chunk(
     repeats: Repeats | None = None
     repeated: tuple[int, int, int] | None = None
     found = (
-        _repeated_blocks(scanner, chunk, columns)
+        _repeated_blocks(scanner, chunk, columns, with_sampled)
         if INFER_REPEATS and len(chunk) >= _MIN_INFER_BYTES
         else None
     )
     if found is None:
         columns = _Columns()
-        columns.read(scanner, chunk, 0, len(chunk), 0, others)
+        columns.read(scanner, chunk, 0, len(chunk), 0, others, with_sampled)
     else:
         repeats, repeated = found
         others.place(chunk, 0, 0, len(chunk) + 1)
@@ -417,11 +446,12 @@ def scan_chunk(
         next_sample,
         others.marks,
         repeats,
+        with_sampled,
     )
 
 
 def _repeated_blocks(
-    scanner: Scanner, chunk: bytes, columns: _Columns
+    scanner: Scanner, chunk: bytes, columns: _Columns, with_sampled: bool
 ) -> tuple[Repeats, tuple[int, int, int]] | None:
     """A crash loop's chunk: the lines before the repeats and the first block read line by line, the blocks
     that repeat it (every digit aside from its value: the same lines, each digit where the block has one)
@@ -444,7 +474,7 @@ def _repeated_blocks(
     first, size = text.count(b"\n", 0, begin), text.count(b"\n", begin, begin + length)
     # where lines first, first + size, ... start in the chunk
     offsets = [0, *(begin + block * length for block in range(blocks + 1))]
-    columns.read(scanner, chunk, 0, offsets[2], 0)
+    columns.read(scanner, chunk, 0, offsets[2], 0, None, with_sampled)
     block_hits = [i for i, line in enumerate(columns.lines) if line >= first]
     if not block_hits or any(columns.context.get(i, (b"",))[0] for i in block_hits):
         return None  # a dump or command read on into the lines after it: read those blocks too
@@ -457,9 +487,10 @@ def _repeated_blocks(
     columns.ends.extend(array("q", [columns.text_length]) * count)
     columns.rules.extend(array("l", [columns.rules[i] for i in block_hits]) * (blocks - 1))
     previous = bytes(1 if i in columns.context else 0 for i in block_hits)
-    # the repeated blocks' text, from the line before them (a bare traceback's `previous`)
-    text_start = chunk.rfind(b"\n", 0, offsets[2] - 1) + 1
-    packed = zlib.compress(chunk[text_start : offsets[-1]], 1)
-    repeats = Repeats(first_hit, count, first + size - 1, packed, previous, size)
-    columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size)
+    # the line before the repeated blocks (a bare traceback's `previous`), the first block, every block's digits
+    before = chunk[chunk.rfind(b"\n", 0, offsets[2] - 1) + 1 : offsets[2] - 1]
+    template = chunk[offsets[2] : offsets[3]]
+    digits = chunk[offsets[2] : offsets[-1]].translate(None, _NOT_DIGITS)
+    repeats = Repeats(first_hit, count, first + size - 1, before, template, digits, previous, size)
+    columns.read(scanner, chunk, offsets[-1], len(chunk), first + blocks * size, None, with_sampled)
     return repeats, (first_hit - len(block_hits), len(block_hits), blocks)

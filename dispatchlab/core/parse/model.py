@@ -200,6 +200,9 @@ class ParsedLog:
     # the last run's tracebacks and error lines past the caps (MAX_TRACEBACKS, MAX_ERRORS): counted, not kept
     tracebacks_omitted: int = 0
     errors_omitted: int = 0
+    # a big log's checks that ran on some stretches of it only: {"checks": {rule: what it looks for},
+    # "checked_bytes", "total_bytes"}; None when every check read every line
+    checks_sampled: dict[str, Any] | None = None
     # hits of the caller's extra patterns (the knowledge base's) by pattern index: not in the JSON document
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
     # the log's last lines (decoded, at most a few kilobytes): not in the JSON document
@@ -229,12 +232,12 @@ class ParsedLog:
         if self.runs_omitted:
             doc["runs_omitted"] = sum(self.runs_omitted.values())
             doc["runs_omitted_by_fingerprint"] = dict(self.runs_omitted)
-        for name in ("tracebacks_omitted", "errors_omitted"):
+        for name in ("tracebacks_omitted", "errors_omitted", "checks_sampled"):
             if getattr(self, name):
                 doc[name] = getattr(self, name)
         return doc
 
 
 _NOT_IN_DOCUMENT = frozenset(
-    {"pattern_hits", "runs", "runs_omitted", "tail", "tracebacks_omitted", "errors_omitted"}
+    {"pattern_hits", "runs", "runs_omitted", "tail", "tracebacks_omitted", "errors_omitted", "checks_sampled"}
 )

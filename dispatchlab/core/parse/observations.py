@@ -54,6 +54,8 @@ class Observations:
     sources: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[Event] = field(default_factory=list)
     truncated_events: int = 0
+    scanned_bytes: int = 0
+    unsampled_bytes: int = 0  # of those, read without the sampled rules (chunkscan.SAMPLED_STRETCH_BYTES)
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
     tail: bytes = b""  # the log's last bytes: what the learned fallback reads when no line says what failed
     # arguments and versions

@@ -18,22 +18,23 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, scan_chunk
+from dispatchlab.core.parse import chunkscan
+from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, reads_sampled, scan_chunk
 from dispatchlab.core.parse.scanner import Scanner
 from dispatchlab.core.reading import MAX_LINE_BYTES, normalise_chunk, rest_of_long_line
 from dispatchlab.core.records import record
 
-SEGMENT_BYTES = 16 * 1024 * 1024  # what one worker runs ahead: its results wait in memory
 # ---------------------------------------------------------------- segments of a big plain file, in parallel
-MIN_SEGMENT_BYTES = 8 * 1024 * 1024
 
 
-def _segment_bounds(path: Path, size: int, workers: int) -> list[tuple[int, int]]:
-    """Line-aligned (start, end) pieces, a few per worker so that none waits on a slow one."""
-    step = max(MIN_SEGMENT_BYTES, min(SEGMENT_BYTES, size // (workers * 4) + 1))
+def _segment_bounds(path: Path, size: int) -> list[tuple[int, int]]:
+    """Line-aligned (start, end) pieces, two per stretch of the log (chunkscan.SAMPLED_STRETCH_BYTES): the
+    same whatever the number of workers, many per worker so that none waits on a slow one. The last is a whole
+    step or more (a sliver of a few lines would be the last stretch read with the sampled rules)."""
+    step = chunkscan.SAMPLED_STRETCH_BYTES // 2
     bounds = [0]
     with path.open("rb") as handle:
-        for nominal in range(step, size, step):
+        for nominal in range(step, size - step + 1, step):
             handle.seek(nominal)
             newline = handle.read(1 << 20).find(b"\n")
             if newline < 0:
@@ -85,6 +86,16 @@ class Segment:
     start: int
     end: int
     text: Path | None  # where to write its normalised text, for the line index
+    with_sampled: bool = True  # read with the sampled rules (chunkscan.reads_sampled)
+
+
+def _segments(path: Path, size: int, text_parts: Path | None) -> list[Segment]:
+    bounds = _segment_bounds(path, size)
+    stretches = (len(bounds) + 1) // 2
+    return [
+        Segment(a, b, text_parts / f"part-{i}" if text_parts else None, reads_sampled(i // 2, stretches))
+        for i, (a, b) in enumerate(bounds)
+    ]
 
 
 def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) -> Iterator[ChunkScan]:
@@ -92,7 +103,14 @@ def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) ->
     with path.open("rb") as handle, contextlib.ExitStack() as stack:
         text = stack.enter_context(segment.text.open("wb")) if segment.text else None
         for chunk in _chunks_between(handle, segment.start, segment.end):
-            scan = scan_chunk(scanner, chunk, stride, next_sample, checkpoints=text is not None)
+            scan = scan_chunk(
+                scanner,
+                chunk,
+                stride,
+                next_sample,
+                checkpoints=text is not None,
+                with_sampled=segment.with_sampled,
+            )
             next_sample = scan.next_sample
             if text is not None:
                 text.write(chunk)
@@ -207,10 +225,7 @@ def scan_file_in_parallel(
     Plain os.fork, not multiprocessing: a Celery prefork child is a daemon, which may not have children
     of multiprocessing's own, and the warm worker should parse as fast as the command line. Worker w scans
     segments w, w + workers, ...; results come back through a pipe each, read in file order."""
-    bounds = _segment_bounds(path, size, workers)
-    segments = [
-        Segment(a, b, text_parts / f"part-{i}" if text_parts else None) for i, (a, b) in enumerate(bounds)
-    ]
+    segments = _segments(path, size, text_parts)
     workers = min(workers, len(segments))
     children = [_fork_worker(scanner, path, segments[w::workers], stride) for w in range(workers)]
     stop = threading.Event()
@@ -247,18 +262,34 @@ def scan_file_in_parallel(
             reader.close()
 
 
+def scan_file_serially(
+    scanner: Scanner,
+    path: Path,
+    size: int,
+    stride: int,
+    *,
+    text_parts: Path | None = None,
+    text_done: Callable[[Path], None] | None = None,
+) -> Iterator[ChunkScan]:
+    """`scan_file_in_parallel` in this process (one core): the same segments, so the same document."""
+    for segment in _segments(path, size, text_parts):
+        yield from scan_segment(scanner, path, segment, stride)
+        if segment.text is not None and text_done is not None:
+            text_done(segment.text)
+
+
 # ---------------------------------------------------------------- pieces of a stream (a .gz), in parallel
 _PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
 
 
 def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: BinaryIO) -> None:
     _keep_freed_memory()
-    while (header := _read_exactly(pieces, 16)) is not None:
-        size, stride = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:], "little")
+    while (header := _read_exactly(pieces, 17)) is not None:
+        size, stride = int.from_bytes(header[:8], "little"), int.from_bytes(header[8:16], "little")
         piece = _read_exactly(pieces, size) if size else None
         if piece is None:
             return
-        scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints)
+        scan = scan_chunk(scanner, piece, stride, 0, checkpoints=checkpoints, with_sampled=header[16] == 1)
         del piece  # before its scan is pickled: a piece of long lines sends them all back (the peak)
         _send(out, pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
         out.flush()
@@ -286,23 +317,28 @@ def _fork_piece_worker(scanner: Scanner, checkpoints: bool) -> tuple[int, Binary
     return pid, os.fdopen(from_parent, "wb"), os.fdopen(to_parent, "rb")
 
 
-def _feed_pieces(into: BinaryIO, pieces: queue.Queue[tuple[int, memoryview]], stop: threading.Event) -> None:
-    """Writes the pieces handed to one worker into its pipe, each after its size and the stride to sample it
-    at (a thread: the parse reads results meanwhile)."""
+_Piece = tuple[int, bool, memoryview]  # (stride, with the sampled rules, text)
+
+
+def _feed_pieces(into: BinaryIO, pieces: queue.Queue[_Piece], stop: threading.Event) -> None:
+    """Writes the pieces handed to one worker into its pipe, each after its size, the stride to sample it
+    at and whether to read it with the sampled rules (a thread: the parse reads results meanwhile)."""
     with contextlib.suppress(OSError):
         while not stop.is_set():
             try:
-                stride, piece = pieces.get(timeout=0.1)
+                stride, with_sampled, piece = pieces.get(timeout=0.1)
             except queue.Empty:
                 continue
-            into.write(len(piece).to_bytes(8, "little") + stride.to_bytes(8, "little"))
+            into.write(
+                len(piece).to_bytes(8, "little") + stride.to_bytes(8, "little") + bytes([with_sampled])
+            )
             into.write(piece)
             into.flush()
 
 
 def scan_pieces_in_parallel(
     scanner: Scanner,
-    pieces: Iterator[memoryview],
+    pieces: Iterator[tuple[memoryview, bool]],
     stride: Callable[[], int],
     workers: int,
     *,
@@ -314,7 +350,7 @@ def scan_pieces_in_parallel(
     (a compressed log's size says little of its lines: the parse widens the stride as points pile up)."""
     children = [_fork_piece_worker(scanner, checkpoints) for _ in range(workers)]
     stop = threading.Event()
-    outgoing: list[queue.Queue[tuple[int, memoryview]]] = [queue.Queue(1) for _ in children]
+    outgoing: list[queue.Queue[_Piece]] = [queue.Queue(1) for _ in children]
     results: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD + 1) for _ in children]
     threads = [
         threading.Thread(target=_feed_pieces, args=(child[1], send, stop), daemon=True)
@@ -335,9 +371,9 @@ def scan_pieces_in_parallel(
         return piece, pickle.loads(message)
 
     try:
-        for number, piece in enumerate(pieces):
+        for number, (piece, with_sampled) in enumerate(pieces):
             worker = number % workers
-            outgoing[worker].put((stride(), piece))
+            outgoing[worker].put((stride(), with_sampled, piece))
             in_flight.append((worker, piece))
             while len(in_flight) > workers * _PIECES_AHEAD:
                 yield finished()

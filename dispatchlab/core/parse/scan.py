@@ -1,8 +1,7 @@
 """The scan stage: one pass over the bytes, multi-pattern prefiltered, rule hits handed to the extractors.
 
-Big plain files are scanned by forked workers over line-aligned segments (chunkscan); every other source
-chunk by chunk here. Either way the hits arrive in file order and go to the extractors, which append to one
-Observations record.
+Chunk scans (chunkscan; where they are made: sources.py) arrive in file order; their hits go to the
+extractors, which append to one Observations record.
 """
 
 from __future__ import annotations
@@ -10,12 +9,10 @@ from __future__ import annotations
 import bisect
 import re
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, Hit, scan_chunk
+from dispatchlab.core.parse.chunkscan import ChunkScan, Hit
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
@@ -38,9 +35,8 @@ from dispatchlab.core.parse.vocabulary import (
     MAX_MESSAGE,
     MAX_TIMELINE_EVENTS,
     METRIC_POINTS_TARGET,
-    ProgressCallback,
 )
-from dispatchlab.core.reading import Source, decode_line, iter_chunks
+from dispatchlab.core.reading import decode_line
 from dispatchlab.core.records import record, replace
 
 if TYPE_CHECKING:
@@ -61,11 +57,11 @@ EXTRACTORS: tuple[type[Extractor], ...] = (
 RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
 # Hyperscan's cheaper stand-ins for rules it scans slowly (see scanner.py)
 GATES: dict[str, str] = {name: gate for cls in EXTRACTORS for name, gate in getattr(cls, "GATES", {}).items()}
+# rules a big log reads in some stretches only (chunkscan.SAMPLED_STRETCH_BYTES), with what each looks for
+SAMPLED: dict[str, str] = {
+    name: what for cls in EXTRACTORS for name, what in getattr(cls, "SAMPLED", {}).items()
+}
 _WANTS = {cls: frozenset(cls.RULES) | cls.READS for cls in EXTRACTORS}  # the rules each extractor reads
-PARALLEL_MIN_BYTES = 8 * 1024 * 1024
-PARALLEL_MIN_COMPRESSED_BYTES = 1024 * 1024  # about ten times that once decompressed
-_EXPANSION = 8  # what a log's gzip usually shrinks it by
-TAIL_BYTES = 6000
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 # What a server prints once per start, read from SGLang's and vLLM's own startup logging: SGLang's args dump,
 # vLLM's API-server version and non-default args, a launch command line. vLLM's engine banner ("Initializing
@@ -108,7 +104,11 @@ class CompiledRules:
     def __init__(self, extra: ExtraPatterns) -> None:
         self.names = list(RULES)
         self.extra = extra
-        self.scanner = Scanner([*RULES.values(), *extra.patterns], [GATES.get(name) for name in self.names])
+        self.scanner = Scanner(
+            [*RULES.values(), *extra.patterns],
+            [GATES.get(name) for name in self.names],
+            [index for index, name in enumerate(self.names) if name in SAMPLED],
+        )
         self.rule_count = len(self.names)
         self.frame_plans = frame_plans(self.names)
 
@@ -158,37 +158,6 @@ class Scan:
         self.servers, self.environment = servers, environment  # they and failures read frame lines
         self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
 
-    def chunks(self, source: Source) -> Iterator[ChunkScan]:
-        for chunk in iter_chunks(source, WORKER_CHUNK_BYTES):  # read as the workers read: memory stays flat
-            scan = scan_chunk(
-                self.rules.scanner,
-                chunk,
-                self.stride,
-                self.next_sample,
-                checkpoints=bool(self.index),
-            )
-            self.next_sample = scan.next_sample
-            if self.index is not None:
-                self.index.add_text(chunk)
-            if not source.facts_only:
-                self.obs.tail = (self.obs.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
-            yield scan
-
-    def chunks_in_parallel(self, source: Source, workers: int) -> Iterator[ChunkScan]:
-        """A compressed log: decompressed here, its pieces scanned by forked workers."""
-        from dispatchlab.core.parse.parallelscan import scan_pieces_in_parallel
-
-        # read in pieces the workers' size: a few of them in memory at once
-        pieces = (memoryview(piece) for piece in iter_chunks(source, WORKER_CHUNK_BYTES))
-        scans = scan_pieces_in_parallel(
-            self.rules.scanner, pieces, lambda: self.stride, workers, checkpoints=bool(self.index)
-        )
-        for piece, scan in scans:
-            if self.index is not None:
-                self.index.add_text(piece.tobytes())
-            self.obs.tail = (self.obs.tail + piece[-TAIL_BYTES:].tobytes())[-TAIL_BYTES:]
-            yield scan
-
     def feed(self, scan: ChunkScan) -> None:
         obs = self.obs
         base = obs.line_count
@@ -219,6 +188,9 @@ class Scan:
             self._sample(raw, base + index + 1)
         obs.line_count += scan.lines
         obs.metric_total += scan.metric_lines
+        obs.scanned_bytes += scan.size
+        if not scan.with_sampled:
+            obs.unsampled_bytes += scan.size
         while len(obs.metric_points) > 2 * METRIC_POINTS_TARGET:
             # the log is bigger than its stored size said (compressed, stdin): halve the resolution
             obs.metric_points = obs.metric_points[::2]
@@ -535,66 +507,3 @@ class Scan:
         self._flush()
         self.failures.finish()
         return self.obs
-
-
-def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
-    """A big plain file is scanned by forked workers, segment by segment; a big compressed one by forked
-    workers, piece by piece as it is decompressed here; anything else here, chunk by chunk (forking, pickling
-    and their threads are imported only for a big log)."""
-    path, size = source.path, source.stored_bytes or 0
-    if path is not None and size >= PARALLEL_MIN_BYTES:
-        from dispatchlab.core.parse.parallelscan import parallel_workers, scan_file_in_parallel
-
-        workers = parallel_workers()
-        if workers > 1:
-            index = run.index
-            parts, done = (index.parts_dir(), index.add_file) if index is not None else (None, None)
-            return scan_file_in_parallel(
-                run.rules.scanner, path, size, run.stride, workers, text_parts=parts, text_done=done
-            )
-    if source.compressed and size >= PARALLEL_MIN_COMPRESSED_BYTES:
-        from dispatchlab.core.parse.parallelscan import parallel_workers
-
-        workers = parallel_workers()
-        if workers > 1:
-            return run.chunks_in_parallel(source, workers)
-    return run.chunks(source)
-
-
-def _file_tail(path: Path, size: int) -> bytes:
-    with path.open("rb") as handle:
-        handle.seek(max(0, size - TAIL_BYTES))
-        return handle.read(TAIL_BYTES)
-
-
-def scan_sources(
-    sources: Sequence[Source],
-    rules: CompiledRules,
-    progress: ProgressCallback | None = None,
-    index: LineIndexWriter | None = None,
-) -> Observations:
-    """One pass over the sources; with `index`, the text copy and line index are written on the way."""
-    total: int | None = sum(s.stored_bytes or 0 for s in sources) or None
-    if total and any(s.stored_bytes is None for s in sources):
-        total = None
-    # the statistics lines are sampled over the text: a compressed log's is some times its stored size
-    expected = sum((s.stored_bytes or 0) * (_EXPANSION if s.compressed else 1) for s in sources)
-    run = Scan(
-        rules, max(1, (expected if total else 256 * METRIC_POINTS_TARGET) // METRIC_POINTS_TARGET), index
-    )
-    done = 0
-    for source in sources:
-        first = run.obs.line_count + 1
-        run.begin_source(first)
-        for scan in _scans_of(run, source):
-            if index is not None:
-                index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)
-            run.feed(scan)
-            if progress is not None:
-                done = min(done + scan.size, total) if total else done + scan.size
-                progress(done, total)
-        if source.path is not None and (source.stored_bytes or 0) >= PARALLEL_MIN_BYTES:
-            run.obs.tail = _file_tail(source.path, source.stored_bytes or 0)  # scanned in parallel, not here
-        lines = run.obs.line_count - first + 1
-        run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
-    return run.finish()

@@ -2,7 +2,8 @@
 
 Every rule is a Python regex over a line's message. With Hyperscan installed, all rules are compiled into
 one database (prefilter mode, anchors dropped, so its hits are a superset) and scanned over each 16 MiB chunk;
-Python then confirms only the rules that hit, on only the lines they hit. A rule whose own form is slow for
+Python then confirms only the rules that hit, on only the lines they hit. Rules that a big log's scan reads
+only in some stretches (`sampled`: see chunkscan.sampled_stretch) have a database of their own. A rule whose own form is slow for
 Hyperscan (no literal to look for: twelve words in a row) may give a gate instead: a cheaper expression that
 matches every line the rule matches, scanned in its place (tests/core/test_scanner_gates.py checks it). Without Hyperscan, the fallback skips
 the high-volume routine lines with one anchored match and tries every rule on the rest. Both give the same
@@ -67,15 +68,25 @@ def hyperscan_enabled() -> bool:
 class Scanner:
     """Maps a line-aligned chunk to {line_start_offset: set(rule ids)} for the lines any rule may match."""
 
-    def __init__(self, patterns: Sequence[str], gates: Sequence[str | None] = ()) -> None:
+    def __init__(
+        self, patterns: Sequence[str], gates: Sequence[str | None] = (), sampled: Sequence[int] = ()
+    ) -> None:
         self.patterns = list(patterns)
         # per pattern: what Hyperscan scans in its place (None: the pattern itself)
         self.gates = [*gates, *[None] * (len(self.patterns) - len(gates))]
+        # patterns a big log's scan may leave out of some chunks (`lines(chunk, sampled=False)`): their own
+        # Hyperscan database, scanned only where asked
+        self.sampled = sorted(set(sampled))
         self._compiled: list[re.Pattern[str] | None] = [None] * len(self.patterns)
         self.db: Any = None
+        self.sampled_db: Any = None
+        self._sampled_set = frozenset(self.sampled)
+        self._unsampled = tuple(i for i in range(len(self.patterns)) if i not in self._sampled_set)
         self.python_only: list[int] = []
-        if hyperscan_enabled():
-            self._compile_hyperscan()
+        self.accelerated = hyperscan_enabled()
+        if self.accelerated:
+            self.db = self._database(list(self._unsampled))
+            self.sampled_db = self._database(self.sampled)
 
     def regex(self, index: int) -> re.Pattern[str]:
         """The Python regex of one pattern, compiled on first use (most never hit a given log)."""
@@ -84,29 +95,32 @@ class Scanner:
             compiled = self._compiled[index] = re.compile(self.patterns[index])
         return compiled
 
-    def _compile_hyperscan(self) -> None:
+    def _database(self, indices: list[int]) -> Any:
+        """The Hyperscan database of these patterns (cached on disk); a pattern it cannot take is left to
+        Python (`python_only`)."""
         assert _hs is not None
+        if not indices:
+            return None
         # keyed by the patterns as given: a warm start translates none of them
-        key = (getattr(_hs, "__version__", ""), _TRANSLATION, self.patterns, self.gates)
+        key = (getattr(_hs, "__version__", ""), _TRANSLATION, self.patterns, self.gates, indices)
         cached = cache_path("hs", key, ".db")
         stored = read_cached(cached)
         if stored is not None:
             try:
                 db = _hs.loadb(stored, _hs.HS_MODE_BLOCK)
                 db.scratch = _hs.Scratch(db)  # a loaded database has no scratch space of its own
-                self.db = db
-                return
+                return db
             except Exception:  # a stale or foreign cache file: rebuild it
                 pass
         base = _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_ALLOWEMPTY
         entries = []
-        for index, (pattern, gate) in enumerate(zip(self.patterns, self.gates, strict=True)):
-            expression, extra = _to_hyperscan(gate or pattern)
+        for index in indices:
+            expression, extra = _to_hyperscan(self.gates[index] or self.patterns[index])
             entries.append((expression, index, base | extra))
         try:
-            self.db = self._build(entries)
-            write_cached(cached, _hs.dumpb(self.db))
-            return
+            db = self._build(entries)
+            write_cached(cached, _hs.dumpb(db))
+            return db
         except Exception:  # a pattern Hyperscan cannot take: find it below and keep it in Python
             pass
         accepted = []
@@ -116,7 +130,7 @@ class Scanner:
                 accepted.append(entry)
             except Exception:
                 self.python_only.append(entry[1])
-        self.db = self._build(accepted) if accepted else None
+        return self._build(accepted) if accepted else None
 
     @staticmethod
     def _build(entries: list[tuple[bytes, int, int]]) -> Any:
@@ -130,17 +144,22 @@ class Scanner:
         )
         return db
 
-    def candidates(self, chunk: bytes) -> dict[int, set[int] | None]:
-        """Line starts -> rule ids that may match there (None: try every rule)."""
-        if self.db is None:
-            return self._fallback(chunk)
+    def candidates(self, chunk: bytes, sampled: bool = True) -> dict[int, set[int] | None]:
+        """Line starts -> rule ids that may match there (None: try every rule); without the sampled patterns
+        when `sampled` is False."""
+        if not self.accelerated:
+            return self._fallback(chunk, sampled)
         hits: dict[int, set[int] | None] = {}
         ends: list[tuple[int, int]] = []
 
         def on_match(rule: int, start: int, end: int, flags: int, context: object) -> None:
             ends.append((end, rule))
 
-        self.db.scan(chunk, match_event_handler=on_match)
+        databases = self._databases(sampled)
+        for db in databases:
+            db.scan(chunk, match_event_handler=on_match)
+        if len(databases) > 1:
+            ends.sort()
         rfind = chunk.rfind
         last_line_end = -1
         last_start = 0
@@ -159,20 +178,27 @@ class Scanner:
                 hits[start] = {rule}
             else:
                 bucket.add(rule)
-        if self.python_only:
-            for start in self._fallback(chunk):
+        python_only = [i for i in self.python_only if sampled or i not in self._sampled_set]
+        if python_only:
+            for start in self._fallback(chunk, sampled):
                 current = hits.get(start)
                 if current is None:
-                    hits[start] = set(self.python_only)
+                    hits[start] = set(python_only)
                 else:
-                    current.update(self.python_only)
+                    current.update(python_only)
         return hits
 
-    def lines(self, chunk: bytes) -> tuple[list[int], list[tuple[int, ...] | None]]:
+    def _databases(self, sampled: bool) -> list[Any]:
+        dbs = [self.db] if self.db is not None else []
+        if sampled and self.sampled_db is not None:
+            dbs.append(self.sampled_db)
+        return dbs
+
+    def lines(self, chunk: bytes, sampled: bool = True) -> tuple[list[int], list[tuple[int, ...] | None]]:
         """`candidates` in file order, as (line starts, rule ids per line: sorted, None for every rule); the
         scan's hot path (one small int per Hyperscan match, no set per line)."""
-        if self.db is None or self.python_only:
-            found = self.candidates(chunk)
+        if not self.accelerated or self.python_only:
+            found = self.candidates(chunk, sampled)
             ordered = sorted(found)
             return ordered, [None if found[s] is None else tuple(sorted(found[s] or ())) for s in ordered]
         packed: list[int] = []
@@ -181,7 +207,11 @@ class Scanner:
         def on_match(rule: int, start: int, end: int, flags: int, context: object) -> None:
             push(end << 16 | rule)
 
-        self.db.scan(chunk, match_event_handler=on_match)
+        databases = self._databases(sampled)
+        for db in databases:
+            db.scan(chunk, match_event_handler=on_match)
+        if len(databases) > 1:
+            packed.sort()  # two sorted runs: one merge
         starts: list[int] = []
         rule_sets: list[tuple[int, ...] | None] = []
         rfind, find = chunk.rfind, chunk.find
@@ -203,8 +233,9 @@ class Scanner:
             rule_sets.append((current[0],) if len(current) == 1 else tuple(sorted(set(current))))
         return starts, rule_sets
 
-    def _fallback(self, chunk: bytes) -> dict[int, set[int] | None]:
+    def _fallback(self, chunk: bytes, sampled: bool = True) -> dict[int, set[int] | None]:
         hits: dict[int, set[int] | None] = {}
+        rules = None if sampled or not self.sampled else self._unsampled
         routine = ROUTINE.match
         position = 0
         size = len(chunk)
@@ -214,6 +245,6 @@ class Scanner:
             if end < 0:
                 end = size
             if end > position and not routine(chunk, position):
-                hits[position] = None
+                hits[position] = None if rules is None else set(rules)
             position = end + 1
         return hits

@@ -193,6 +193,13 @@ class Generated:
     # twelve words scanned with bounded word lengths take Hyperscan a third of its scan; unbounded, they are
     # half as slow and still a superset (a first byte of 0x80 or more: a word that starts with a non-ASCII letter)
     GATES: ClassVar[dict[str, str]] = {"gen_words": r"(?:[A-Za-z\x80-\xff][^\s\d]* ){12}"}
+    # No literal to look for: Hyperscan runs them over every byte, two thirds of a server log's scan. A big log
+    # is read with them in stretches (chunkscan.SAMPLED_STRETCH_BYTES): a garbled answer printed in response
+    # JSON or an output line is found by the other rules everywhere, and a broken kernel garbles every answer
+    SAMPLED: ClassVar[dict[str, str]] = {
+        "gen_repeat": "a bare output line of one token repeated",
+        "gen_words": "a word repeated back to back",
+    }
     READS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, obs: Observations) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dispatchlab.core.parse.interpret.backends import resolve_backends
 from dispatchlab.core.parse.interpret.crash import crash_event, decide_crash
 from dispatchlab.core.parse.interpret.phases import fill_year, outcome, phase_spans
@@ -27,6 +29,18 @@ def _ranks(timeline: list[Event], metrics: Metrics) -> list[str]:
 def _tail_lines(tail: bytes, keep: int = 40) -> list[str]:
     lines = tail.decode("utf-8", errors="replace").splitlines()
     return [line[:400] for line in lines[-keep:] if line.strip()]
+
+
+def _checks_sampled(obs: Observations) -> dict[str, Any] | None:
+    if not obs.unsampled_bytes:
+        return None
+    from dispatchlab.core.parse.scan import SAMPLED
+
+    return {
+        "checks": dict(SAMPLED),
+        "checked_bytes": obs.scanned_bytes - obs.unsampled_bytes,
+        "total_bytes": obs.scanned_bytes,
+    }
 
 
 def interpret(obs: Observations) -> ParsedLog:
@@ -76,6 +90,7 @@ def interpret(obs: Observations) -> ParsedLog:
         runs_omitted=obs.runs_omitted,
         tracebacks_omitted=obs.tracebacks_omitted,
         errors_omitted=obs.errors_omitted,
+        checks_sampled=_checks_sampled(obs),
         pattern_hits=obs.pattern_hits,
         tail=_tail_lines(obs.tail),
     )
