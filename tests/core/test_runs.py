@@ -259,3 +259,21 @@ def test_a_crash_loops_repeated_blocks_taken_from_the_block_before_give_the_docu
     inferred = analyze_paths([target])
     monkeypatch.setattr("dispatchlab.core.parse.chunkscan.INFER_REPEATS", False)
     assert analyze_paths([target]) == inferred
+
+
+def test_every_line_of_a_crash_loops_repeated_blocks_is_rebuilt_from_one_block_and_their_digits():
+    """The scan sends a repeated stretch as one block's text and every block's digits: each hit's line and
+    the line before it come back as the log has them, clocks and attempt numbers included."""
+    from dispatchlab.core.parse.chunkscan import scan_chunk
+    from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS
+    from dispatchlab.core.parse.scan import compiled_rules
+
+    chunk = _attempts(VLLM_OOM, max(3, 600_000 // len(_text(VLLM_OOM)))).encode()
+    lines = chunk.split(b"\n")
+    scan = scan_chunk(compiled_rules(NO_EXTRA_PATTERNS).scanner, chunk, 10**9, 0)
+    assert scan.repeats is not None and scan.repeats.count > 1000
+    repeated = range(scan.repeats.first_hit, scan.repeats.first_hit + scan.repeats.count)
+    for number in repeated:
+        hit = scan.hit(number)
+        assert hit.raw == lines[hit.index]
+        assert hit.previous in (b"", lines[hit.index - 1])

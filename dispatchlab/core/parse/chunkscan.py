@@ -30,7 +30,7 @@ _DIGITS = b"0123456789"
 _NEWLINE = ord("\n")
 _ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 _NOT_DIGITS = bytes(b for b in range(256) if b not in _DIGITS)
-_DIGIT = lazy_compile(rb"[0-9]")
+_DIGIT_RUN = lazy_compile(rb"[0-9]+")
 FOLLOWING_LINES = 400
 FOLLOWING_BYTES = 512 * 1024
 _VIEWED_BYTES = 16 * 1024  # a hit line this long goes into the scan's text from the chunk, not from a copy
@@ -85,8 +85,10 @@ class Repeats:
     digits: bytes  # every repeated block's digits, in order
     previous: bytes  # per hit of one block: 1 where the hit's line before it is its `previous`
     block_lines: int = 0
-    # per line of a block: its text split at its digits, and how many digits a block has before it (on first use)
+    # per line of a block: its text split at its runs of digits, the runs' lengths, and how many digits a block
+    # has before the line (made on first use)
     pieces: list[list[bytes]] = field(default_factory=list)
+    runs: list[list[int]] = field(default_factory=list)
     digit_starts: list[int] = field(default_factory=list)
 
     def line(self, number: int) -> bytes:
@@ -96,17 +98,18 @@ class Repeats:
             return self.before
         if not self.pieces:
             lines = self.template.split(b"\n")[: self.block_lines]
-            self.pieces = [_DIGIT.split(line) for line in lines]
-            self.digit_starts = list(itertools.accumulate((len(p) - 1 for p in self.pieces), initial=0))
+            self.pieces = [_DIGIT_RUN.split(line) for line in lines]
+            self.runs = [[len(run) for run in _DIGIT_RUN.findall(line)] for line in lines]
+            self.digit_starts = list(itertools.accumulate((sum(r) for r in self.runs), initial=0))
         block, line = divmod(after, self.block_lines)
-        pieces, starts = self.pieces[line], self.digit_starts
+        pieces = self.pieces[line]
         if len(pieces) == 1:
             return pieces[0]
-        first = block * starts[-1] + starts[line]
-        digits = self.digits[first : first + len(pieces) - 1]
-        out = [pieces[0]]
-        for at, piece in enumerate(pieces[1:]):
-            out += (digits[at : at + 1], piece)
+        at = block * self.digit_starts[-1] + self.digit_starts[line]
+        digits, out = self.digits, [pieces[0]]
+        for length, piece in zip(self.runs[line], pieces[1:], strict=True):
+            out += (digits[at : at + length], piece)
+            at += length
         return b"".join(out)
 
 

@@ -147,6 +147,9 @@ class Scan:
         self.run_truncated_start = 0
         self.run_warnings_start = 0
         self.run_votes_start: dict[str, int] = {}
+        self.clock_shapes: set[int] = (
+            set()
+        )  # hit keys of lines with no process and no time (_clock_from_held)
         self._make_extractors()
 
     def _make_extractors(self) -> None:
@@ -325,10 +328,20 @@ class Scan:
             (scan, base, start, stop) for scan, base, start, stop, _raw in self.pending if scan is not None
         ]
         noted = timed = False
+        shapes = self.clock_shapes
+        if len(shapes) > 4096:
+            shapes.clear()
         for scan, base, start, stop in reversed(held[-2:]):
+            keys = scan.hit_keys
             for number in range(stop - 1, max(start, stop - 20) - 1, -1):
+                # a line of the same shape (digits aside) as one that had no process and no time has neither:
+                # a crash loop's runs end in the same bare traceback lines, read once, not once per run
+                if keys[number] in shapes:
+                    continue
                 hit = scan.hit(number)
                 line = split_line(base + hit.index + 1, decode_line(hit.raw), obs.year)
+                if not line.prefixed and not line.time:
+                    shapes.add(keys[number])
                 if not noted and line.prefixed:
                     self.last_process, noted = line.rank, True
                 if not timed and line.time:

@@ -71,35 +71,12 @@ class Milestones:
     def __init__(self, obs: Observations) -> None:
         self.obs = obs
         self.ranks: dict[str | None, _RankState] = {}
-        # one milestone per line for each server, the first that matches
-        self.sglang: list[tuple[str, Callable[[Line, Hits], None]]] = [
-            ("init_dist_begin", lambda line, h: self._enter(line, "init_dist_begin", Phase.INIT)),
-            ("init_dist_end", lambda line, h: self.obs.milestone(line, "init_dist_end", line.msg)),
-            ("load_begin", self._load_begin),
-            ("load_end", self._load_end),
-            ("kv_alloc", self._kv_alloc),
-            ("mem_pool_end", lambda line, h: self.obs.milestone(line, "memory_pool_end", line.msg)),
-            ("cg_begin", self._capture_begin),
-            ("cg_end", self._capture_end),
-            ("max_total", lambda line, h: self._enter(line, "capacity", Phase.WARMUP)),
-            ("uvicorn_up", lambda line, h: self.obs.milestone(line, "http_up", line.msg)),
-            ("ready", self._ready),
-        ]
-        self.vllm: list[tuple[str, Callable[[Line, Hits], None]]] = [
-            ("vllm_load_begin", self._vllm_load_begin),
-            ("vllm_load_end", lambda line, h: self._enter(line, "weights_end", Phase.KV_CACHE)),
-            ("vllm_kv", lambda line, h: self._enter(line, "kv_cache_allocated", Phase.KV_CACHE)),
-            ("vllm_cg_progress", self._vllm_capture_progress),
-            ("vllm_cg_end", self._capture_end),
-            ("vllm_init_engine", lambda line, h: self._enter(line, "engine_ready", Phase.WARMUP)),
-            ("vllm_ready", self._vllm_ready),
-        ]
 
     def handle(self, line: Line, hits: Hits, following: bytes) -> bool:
-        for table in (self.sglang, self.vllm):
+        for table in (_SGLANG, _VLLM):
             handler = next((h for name, h in table if name in hits), None)
             if handler is not None:
-                handler(line, hits)
+                handler(self, line, hits)
         if "vllm_platform" in hits:
             self.obs.server_votes["vllm"] += 3
         return False
@@ -172,3 +149,30 @@ class Milestones:
     def _vllm_ready(self, line: Line, hits: Hits) -> None:
         if self.obs.ready_line is None:
             self._ready(line, hits)
+
+
+# one milestone per line for each server, the first that matches (class-level: a crash loop makes an extractor
+# per run, and binding eighteen handlers each time was most of that)
+_Handler = Callable[["Milestones", Line, Hits], None]
+_SGLANG: list[tuple[str, _Handler]] = [
+    ("init_dist_begin", lambda self, line, h: self._enter(line, "init_dist_begin", Phase.INIT)),
+    ("init_dist_end", lambda self, line, h: self.obs.milestone(line, "init_dist_end", line.msg)),
+    ("load_begin", lambda self, line, h: self._load_begin(line, h)),
+    ("load_end", lambda self, line, h: self._load_end(line, h)),
+    ("kv_alloc", lambda self, line, h: self._kv_alloc(line, h)),
+    ("mem_pool_end", lambda self, line, h: self.obs.milestone(line, "memory_pool_end", line.msg)),
+    ("cg_begin", lambda self, line, h: self._capture_begin(line, h)),
+    ("cg_end", lambda self, line, h: self._capture_end(line, h)),
+    ("max_total", lambda self, line, h: self._enter(line, "capacity", Phase.WARMUP)),
+    ("uvicorn_up", lambda self, line, h: self.obs.milestone(line, "http_up", line.msg)),
+    ("ready", lambda self, line, h: self._ready(line, h)),
+]
+_VLLM: list[tuple[str, _Handler]] = [
+    ("vllm_load_begin", lambda self, line, h: self._vllm_load_begin(line, h)),
+    ("vllm_load_end", lambda self, line, h: self._enter(line, "weights_end", Phase.KV_CACHE)),
+    ("vllm_kv", lambda self, line, h: self._enter(line, "kv_cache_allocated", Phase.KV_CACHE)),
+    ("vllm_cg_progress", lambda self, line, h: self._vllm_capture_progress(line, h)),
+    ("vllm_cg_end", lambda self, line, h: self._capture_end(line, h)),
+    ("vllm_init_engine", lambda self, line, h: self._enter(line, "engine_ready", Phase.WARMUP)),
+    ("vllm_ready", lambda self, line, h: self._vllm_ready(line, h)),
+]
