@@ -98,6 +98,7 @@ _REQUEST_FRAME = lazy_compile(
     # SGLang's OpenAI serving base (entrypoints/openai/serving_base.py): one request's handler
     r"_handle_non_streaming_request|_handle_streaming_request|_build_chat_response)$"
 )
+_REQUEST_FRAMES = lazy_compile(_REQUEST_FRAME.pattern, re.M)  # over function names, one per line
 _REQUEST_TEXT_RULE = (
     r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
     r"maximum context length is \d+ tokens|Error in (?:chat|completion) request"
@@ -123,6 +124,7 @@ _NCCL_CHATTER = lazy_compile(r"NCCL (?:WARN|INFO)")
 KERNEL_FUNC = lazy_compile(
     r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$"
 )
+_KERNEL_FUNCS = lazy_compile(KERNEL_FUNC.pattern, re.M)  # over function names, one per line
 KERNEL_TEXT = lazy_compile(
     r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
     r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
@@ -407,7 +409,9 @@ class Failures:
                 return
             tb.exception = "(traceback cut off)"
         tb.chain = current.chained
-        request = current.request or any(_REQUEST_FRAME.match(f.function) for f in tb.frames)
+        # the frames' functions, one per line: each test below is one search, not one match per frame
+        functions = "\n".join([f.function for f in tb.frames])
+        request = current.request or _REQUEST_FRAMES.search(functions) is not None
         if request:
             self._request_failed(tb.line)
         signature = (
@@ -430,9 +434,9 @@ class Failures:
             obs.timeline.append(Event(tb.line, None, tb.rank, kind, "traceback", detail, None))
         else:
             obs.tracebacks_omitted += 1
-        for frame in tb.frames:
-            if KERNEL_FUNC.match(frame.function):
-                self._kernel(frame.function)
+        if tb.frames:
+            for kernel in _KERNEL_FUNCS.finditer(functions):
+                self._kernel(kernel.group())
 
     def _request_failed(self, line: int) -> None:
         """One request failed and the server answered it: proof of serving, not a crash."""
