@@ -49,12 +49,35 @@ def release_for(server: str, version: str | None) -> dict[str, Any]:
 
 @lru_cache(maxsize=16)
 def defaults_by_field(server: str, version: str | None) -> dict[str, Any]:
-    """{dest field name: default value} of one release, to tell explicit settings from defaults."""
-    return {
+    """{dest field name: default value} of one release, to tell explicit settings from defaults. Kept on disk
+    as marshal data (keyed by the catalog file's stamp): reading the catalog's JSON and ordering its releases
+    took every parse of a server's log 14 ms."""
+    import marshal
+    import sys
+
+    from dispatchlab.core.cache import cache_path, read_cached, write_cached
+
+    path = DATA_DIR / f"flags-{server}.json"
+    try:
+        stat = path.stat()
+    except OSError:
+        return {}
+    key = (sys.implementation.cache_tag, str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, version)
+    cached = cache_path("defaults", key, ".marshal")
+    stored = read_cached(cached)
+    if stored is not None:
+        try:
+            defaults: dict[str, Any] = marshal.loads(stored)
+            return defaults
+        except Exception:  # written by another Python: rebuild it
+            pass
+    defaults = {
         spec["dest"]: spec.get("default")
         for spec in release_for(server, version).values()
         if spec.get("dest")
     }
+    write_cached(cached, marshal.dumps(defaults))  # JSON values: marshal writes them all
+    return defaults
 
 
 @lru_cache(maxsize=4)

@@ -90,3 +90,15 @@ def test_defaults_tell_an_explicit_setting_from_the_default():
     assert defaults["attention_backend"] is None  # chosen at run time unless set
     assert "moe_runner_backend" in defaults
     assert flags.defaults_by_field("tensorrt_llm", None) == {}
+
+
+def test_a_releases_defaults_read_back_from_the_cache_are_the_catalogs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISPATCHLAB_CACHE_DIR", str(tmp_path))
+    flags.defaults_by_field.cache_clear()
+    fresh = flags.defaults_by_field("sglang", "0.5.10.post1")
+    assert list(tmp_path.glob("defaults-*.marshal")), "the defaults were not kept"
+    flags.defaults_by_field.cache_clear()
+    assert flags.defaults_by_field("sglang", "0.5.10.post1") == fresh
+    release = flags.release_for("sglang", "0.5.10.post1")
+    assert fresh == {spec["dest"]: spec.get("default") for spec in release.values() if spec.get("dest")}
+    flags.defaults_by_field.cache_clear()
