@@ -68,9 +68,6 @@ def _json_safe(value: Any) -> Any:
 
 
 def parse_value(text: str) -> Any:
-    import ast  # here and below, not at the top: a log without an arguments dump never needs the parser
-    import warnings
-
     text = text.strip()
     if not text:
         return None
@@ -81,6 +78,9 @@ def parse_value(text: str) -> Any:
         if simple.group("quoted"):
             return text[1:-1]
         return int(text) if simple.group("int") else float(text)
+    import ast  # here and below, not at the top: a log without an arguments dump never needs the parser
+    import warnings
+
     try:
         with warnings.catch_warnings():  # `1and` in a garbled dump: not worth a SyntaxWarning on stderr
             warnings.simplefilter("ignore", SyntaxWarning)
