@@ -12,6 +12,7 @@ from array import array
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from dispatchlab.core.parse import heldstarts
 from dispatchlab.core.parse.chunkscan import ChunkScan, Hit
 from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.extract import Extractor, Hits
@@ -25,6 +26,7 @@ from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.extract.servers import ServerMentions
 from dispatchlab.core.parse.framelines import FramePlan, frame_plans, plans_for, read_frame_line
+from dispatchlab.core.parse.heldstarts import StartEffect, file_facts, lone_hit
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -147,9 +149,12 @@ class Scan:
         self.run_truncated_start = 0
         self.run_warnings_start = 0
         self.run_votes_start: dict[str, int] = {}
-        self.clock_shapes: set[int] = (
-            set()
-        )  # hit keys of lines with no process and no time (_clock_from_held)
+        self.clock_shapes: set[int] = set()  # keys of lines with no process and no time (_clock_from_held)
+        # by a crash loop's start line's key: what reading it added to the file's counts (_note_start_effect)
+        self.start_effects: dict[int, StartEffect] = {}
+        self.held_start: tuple[ChunkScan, int, int] | None = (
+            None  # a start line not read (yet): scan, base, hit
+        )
         self._make_extractors()
 
     def _make_extractors(self) -> None:
@@ -200,7 +205,7 @@ class Scan:
             self.stride *= 2
 
     def _sample(self, raw: bytes, number: int) -> None:
-        if self.pending:  # after the held hits, in line order
+        if self.pending or self.held_start is not None:  # after the held hits, in line order
             self.pending.append((None, number, 0, 0, raw))
         else:
             self.metrics.sample(raw, number)
@@ -259,13 +264,28 @@ class Scan:
             self._flush()
             return number
         # the whole run repeated: is this the start that followed it?
+        key = keys[number]
+        if (
+            heldstarts.HOLD_STARTS
+            and key == template.end_key
+            and key in self.start_effects
+            and lone_hit(scan, number)
+        ):
+            # the same start line as one read before, digits aside: held, read only if its run is no repeat
+            self._replay_run(base + scan.hit_lines[number] + 1)
+            self._hold_start(scan, base, number)
+            return number + 1
         hit = scan.hit(number)
         start = self._start_line(hit) if hit.key == template.end_key else None
         if start is not None:
             self._replay_run(base + hit.index + 1)
-            self.force_start = True
-            self._hit(hit, base, start)
-            self.force_start = False
+            votes, warnings, facts = (
+                dict(self.obs.server_votes),
+                self.obs.warnings_count,
+                file_facts(self.obs),
+            )
+            self._read_start(hit, base, start)
+            self._note_start_effect(hit.key, votes, warnings, facts)
         else:
             self._flush()
             self._hit(hit, base)
@@ -280,8 +300,50 @@ class Scan:
             return None
         return line, hits, extra
 
+    def _read_start(self, hit: Hit, base: int, start: _ReadLine | None = None) -> None:
+        self.force_start = True
+        self._hit(hit, base, start or self._start_line(hit))
+        self.force_start = False
+
+    def _note_start_effect(
+        self, key: int, votes: dict[str, int], warnings: int, facts: tuple[object, ...]
+    ) -> None:
+        """What reading a start line in a crash loop added to the file's counts; a start line of its shape
+        is held from then on, unless reading it changed anything else the file keeps."""
+        obs = self.obs
+        if file_facts(obs) != facts:
+            self.start_effects.pop(key, None)
+            return
+        added = {server: count - votes.get(server, 0) for server, count in obs.server_votes.items()}
+        self.start_effects[key] = StartEffect(added, obs.warnings_count - warnings)
+
+    def _hold_start(self, scan: ChunkScan, base: int, number: int) -> None:
+        """A run starts here as `_new_run` starts a replayed one, its start line not read: what it sets that a
+        replay keeps (its line, clock and process) is taken from the line; what it adds to the file's counts
+        is added when its run is replayed; and the line is read after all if its run is no repeat."""
+        obs = self.obs
+        line = split_line(base + scan.hit_lines[number] + 1, decode_line(scan.hit(number).raw), obs.year)
+        if obs.run_total > _LOOP_RUNS:
+            obs.truncated_events += len(obs.timeline) - self.run_timeline_start
+            del obs.timeline[self.run_timeline_start :]
+        obs.new_run(line.number)
+        self._compact_timeline()
+        self._start_run_record()
+        self.run_banner_line = line.number
+        self.run_latest_time = line.time
+        if line.time:
+            if line.style == "sglang" and obs.year is None:
+                obs.year = line.time[:4]
+            obs.last_time = line.time
+        self._note_process(line)
+        self.current_key = scan.hit_keys[number]
+        self.held_start = (scan, base, number)
+
     def _flush(self) -> None:
         """The current run is not a repeat: its held hits go through the extractors after all."""
+        held, self.held_start = self.held_start, None
+        if held is not None:  # its start line first
+            self._read_start(held[0].hit(held[2]), held[1])
         self.comparing = False
         pending, self.pending = self.pending, []
         for scan, base, start, stop, raw in pending:
@@ -303,6 +365,12 @@ class Scan:
         for scan, number, _start, _stop, raw in self.pending:
             if scan is None:
                 self.metrics.sample(raw, number)
+        if self.held_start is not None:  # what reading its start line would have added
+            held, self.held_start = self.held_start, None
+            effect = self.start_effects[held[0].hit_keys[held[2]]]
+            for server, votes in effect.votes.items():
+                obs.server_votes[server] += votes
+            obs.warnings_count += effect.warnings
         self.failures.finish()
         obs.finished_run(
             replace(
