@@ -95,3 +95,19 @@ def test_statistics_lines_inside_held_runs_are_sampled_as_when_every_start_is_re
     held, read_all, count = _both_ways(tmp_path, monkeypatch, "".join(runs))
     assert held == read_all and count > 20
     assert held["metrics"]["total"] == read_all["metrics"]["total"] > 0
+
+
+def test_a_start_line_that_grows_a_digit_is_read_and_the_longer_launch_command_kept(tmp_path, monkeypatch):
+    """`attempt 999` and `attempt 1000` drop to one key, but the file keeps the longest launch command: the
+    first start line with one more digit is read, not held."""
+    run = (
+        "python3 -m sglang.launch_server --model-path /m --tp 4 --port 30000   # attempt {n}\n"
+        "[2026-03-02 09:15:{s:02d}] Load weight begin. avail mem=78.00 GB\n"
+        "Traceback (most recent call last):\n"
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 10, in run_scheduler\n'
+        "RuntimeError: CUDA error: out of memory\n"
+    )
+    text = "".join(run.format(n=n, s=n % 60) for n in range(1, 1011))
+    held, read_all, count = _both_ways(tmp_path, monkeypatch, text)
+    assert held == read_all and count > 900
+    assert held["launch_command"].endswith("# attempt 1000")

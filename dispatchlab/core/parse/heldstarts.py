@@ -2,7 +2,7 @@
 
 Past 20 runs a run that repeats the run before it is replayed from that run's record (scan.py), but its start
 line (an arguments dump: 15 KB to parse, a launch command, a version banner) was read every time, most of a
-crash loop's parse. A start line of the same shape (digits aside) as one read in the loop before is held: its
+crash loop's parse. A start line that is one read in the loop before but for its digits' values is held: its
 run starts as a replayed run starts, the file's counts it would add (the server votes, the warnings) are
 the ones reading the last such line added, and the line is read after all when its run turns out to be no
 repeat (or is the file's last). Reading it may only have added to those counts: a start line whose reading
@@ -22,12 +22,27 @@ if TYPE_CHECKING:
 HOLD_STARTS = True  # tests turn it off to compare
 
 
+_ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")
+
+
+def shape_of(raw: bytes) -> bytes:
+    """A line with every digit where it is, whatever its value: a hit's key drops its digits, so `attempt 999`
+    and `attempt 1000` share one, but a longer launch command is the one the file keeps."""
+    return raw.translate(_ONE_DIGIT)
+
+
 @record(frozen=True)
 class StartEffect:
-    """What reading one start line added to the file's counts."""
+    """What reading one start line added to the file's counts, and that line's shape."""
 
+    shape: bytes
     votes: dict[str, int]
     warnings: int
+
+    def holds(self, raw: bytes) -> bool:
+        """Whether a start line may be held on what reading this one did: the same line but for its digits'
+        values (the same length, the same digits where they are)."""
+        return len(raw) == len(self.shape) and shape_of(raw) == self.shape
 
 
 def file_facts(obs: Observations) -> tuple[object, ...]:

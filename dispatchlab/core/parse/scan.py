@@ -26,7 +26,7 @@ from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.extract.servers import ServerMentions
 from dispatchlab.core.parse.framelines import FramePlan, frame_plans, plans_for, read_frame_line
-from dispatchlab.core.parse.heldstarts import StartEffect, file_facts, lone_hit
+from dispatchlab.core.parse.heldstarts import StartEffect, file_facts, lone_hit, shape_of
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
@@ -264,28 +264,25 @@ class Scan:
             self._flush()
             return number
         # the whole run repeated: is this the start that followed it?
-        key = keys[number]
+        hit = scan.hit(number)
+        effect = self.start_effects.get(hit.key) if heldstarts.HOLD_STARTS else None
         if (
-            heldstarts.HOLD_STARTS
-            and key == template.end_key
-            and key in self.start_effects
+            hit.key == template.end_key
+            and effect is not None
+            and effect.holds(hit.raw)
             and lone_hit(scan, number)
         ):
-            # the same start line as one read before, digits aside: held, read only if its run is no repeat
-            self._replay_run(base + scan.hit_lines[number] + 1)
-            self._hold_start(scan, base, number)
+            # a start line read before but for its digits' values: held, read if its run is no repeat
+            self._replay_run(base + hit.index + 1)
+            self._hold_start(scan, base, number, hit.raw)
             return number + 1
-        hit = scan.hit(number)
         start = self._start_line(hit) if hit.key == template.end_key else None
         if start is not None:
             self._replay_run(base + hit.index + 1)
-            votes, warnings, facts = (
-                dict(self.obs.server_votes),
-                self.obs.warnings_count,
-                file_facts(self.obs),
-            )
+            obs = self.obs
+            votes, warnings, facts = dict(obs.server_votes), obs.warnings_count, file_facts(obs)
             self._read_start(hit, base, start)
-            self._note_start_effect(hit.key, votes, warnings, facts)
+            self._note_start_effect(hit, votes, warnings, facts)
         else:
             self._flush()
             self._hit(hit, base)
@@ -306,23 +303,23 @@ class Scan:
         self.force_start = False
 
     def _note_start_effect(
-        self, key: int, votes: dict[str, int], warnings: int, facts: tuple[object, ...]
+        self, hit: Hit, votes: dict[str, int], warnings: int, facts: tuple[object, ...]
     ) -> None:
-        """What reading a start line in a crash loop added to the file's counts; a start line of its shape
-        is held from then on, unless reading it changed anything else the file keeps."""
+        """What reading a start line in a crash loop added to the file's counts; a start line like it is held
+        from then on, unless reading it changed anything else the file keeps."""
         obs = self.obs
         if file_facts(obs) != facts:
-            self.start_effects.pop(key, None)
+            self.start_effects.pop(hit.key, None)
             return
         added = {server: count - votes.get(server, 0) for server, count in obs.server_votes.items()}
-        self.start_effects[key] = StartEffect(added, obs.warnings_count - warnings)
+        self.start_effects[hit.key] = StartEffect(shape_of(hit.raw), added, obs.warnings_count - warnings)
 
-    def _hold_start(self, scan: ChunkScan, base: int, number: int) -> None:
+    def _hold_start(self, scan: ChunkScan, base: int, number: int, raw: bytes) -> None:
         """A run starts here as `_new_run` starts a replayed one, its start line not read: what it sets that a
         replay keeps (its line, clock and process) is taken from the line; what it adds to the file's counts
         is added when its run is replayed; and the line is read after all if its run is no repeat."""
         obs = self.obs
-        line = split_line(base + scan.hit_lines[number] + 1, decode_line(scan.hit(number).raw), obs.year)
+        line = split_line(base + scan.hit_lines[number] + 1, decode_line(raw), obs.year)
         if obs.run_total > _LOOP_RUNS:
             obs.truncated_events += len(obs.timeline) - self.run_timeline_start
             del obs.timeline[self.run_timeline_start :]
