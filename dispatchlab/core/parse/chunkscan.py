@@ -200,33 +200,35 @@ def _continues(raw: bytes) -> bool:
 
 
 def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], int, int]:
-    """At most one statistics line per `stride` bytes: (line starts, next_sample, statistics line count)."""
+    """At most one statistics line per `stride` bytes: (line starts, next_sample, statistics line count).
+
+    Each next statistics line is searched for up to the nearest one found so far, the needle found last
+    first: a needle the log never prints was a search through the whole chunk (two of three for a server
+    log, a third of this function)."""
     out: list[int] = []
     position = max(0, next_sample)
     size = len(chunk)
     find = chunk.find
-    upcoming = [find(n, position) for n in STAT_NEEDLES]
-    present = [
-        n
-        for n, p in zip(COUNTED_NEEDLES, upcoming, strict=False)
-        if p >= 0 or find(n, 0, position + len(n)) >= 0
-    ]
-    while True:
-        live = [p for p in upcoming if p >= 0]
-        if not live:
+    needles = list(STAT_NEEDLES)
+    while position < size:
+        hit, nearest = -1, needles[0]
+        for needle in needles:
+            # an occurrence that starts before the nearest one found so far
+            found = find(needle, position, size if hit < 0 else hit + len(needle) - 1)
+            if found >= 0:
+                hit, nearest = found, needle
+        if hit < 0:
             break
-        hit = min(live)
+        if nearest is not needles[0]:
+            needles.remove(nearest)
+            needles.insert(0, nearest)
         start = chunk.rfind(b"\n", 0, hit) + 1
         out.append(start)
         end = find(b"\n", hit)  # one sample per line, however many statistics a long line holds
         position = max(hit + 1, start + stride, size if end < 0 else end + 1)
-        if position >= size:
-            break
-        upcoming = [
-            find(n, position) if 0 <= p < position else p for n, p in zip(STAT_NEEDLES, upcoming, strict=True)
-        ]
     # one counting pass: the server's own statistics line (SGLang decode, else vLLM), not both
-    metric_lines = chunk.count(present[0]) if present else 0
+    count = chunk.count
+    metric_lines = count(COUNTED_NEEDLES[0]) or count(COUNTED_NEEDLES[1])
     return out, (position - size if out else 0), metric_lines
 
 
