@@ -4,7 +4,7 @@
 
 Three databases of the same rules and knowledge-base patterns, each scanned over the first 16 MB of a
 generated shape (bench/shapes.py, 100 MB files under bench/out/shapes/), in this process: the reference,
-every rule as written (no gates); as shipped (the gates of scan.GATES in their rules' place); and as shipped
+every rule as written (no gates); as shipped (the gates of rules.GATES in their rules' place); and as shipped
 without the two rules that have no literal to look for (`gen_words`, `gen_repeat`), to show what they cost.
 Each figure is the least CPU time of --runs calls of `Scanner.lines` (the scan and the parse's walk over its\nmatches, one per rule and line), and its ratio to the reference's.
 """
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from log_shapes import shape_file
 
-from dispatchlab.core.parse.scan import GATES, RULES
+from dispatchlab.core.parse.rules import GATES, RULES
 from dispatchlab.core.parse.scanner import Scanner, hyperscan_enabled
 from dispatchlab.core.signatures import load_knowledge_base
 

@@ -25,7 +25,7 @@ from common import OUT, PYTHON, log_from_args
 from startup import startup_figures, startup_line
 from treerun import TreeRun, run_tree
 
-from dispatchlab.core.parse.scan import RULES
+from dispatchlab.core.parse.rules import RULES
 from dispatchlab.core.signatures import load_knowledge_base
 
 GREP_ENV = {"LC_ALL": "C", "PATH": "/usr/bin:/bin"}  # grep's fastest locale, as in perf-anchors.md
@@ -115,8 +115,9 @@ def stages(log: Path) -> dict[str, float]:
     """Seconds per stage of one in-process parse + match (workers as configured)."""
     from dispatchlab.core.matching import diagnose
     from dispatchlab.core.parse import scan as scan_module
+    from dispatchlab.core.parse.extra import ExtraPatterns
     from dispatchlab.core.parse.interpret import interpret
-    from dispatchlab.core.parse.scan import ExtraPatterns, compiled_rules
+    from dispatchlab.core.parse.rules import compiled_rules
     from dispatchlab.core.parse.sources import scan_sources
     from dispatchlab.core.reading import open_sources
 

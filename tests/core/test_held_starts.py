@@ -10,7 +10,8 @@ import pytest
 from dispatchlab.core import analyze_paths
 from dispatchlab.core.parse import heldstarts
 from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS
-from dispatchlab.core.parse.scan import Scan, compiled_rules
+from dispatchlab.core.parse.rules import compiled_rules
+from dispatchlab.core.parse.scan import Scan
 from dispatchlab.core.parse.sources import scan_sources
 from dispatchlab.core.reading import open_sources
 

@@ -12,7 +12,7 @@ import pytest
 
 from dispatchlab.core import analyze_paths, parse_paths
 from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS
-from dispatchlab.core.parse.scan import compiled_rules
+from dispatchlab.core.parse.rules import compiled_rules
 from dispatchlab.core.parse.sources import scan_sources
 
 from .helpers import text_source

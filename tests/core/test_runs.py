@@ -266,7 +266,7 @@ def test_every_line_of_a_crash_loops_repeated_blocks_is_rebuilt_from_one_block_a
     the line before it come back as the log has them, clocks and attempt numbers included."""
     from dispatchlab.core.parse.chunkscan import scan_chunk
     from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS
-    from dispatchlab.core.parse.scan import compiled_rules
+    from dispatchlab.core.parse.rules import compiled_rules
 
     chunk = _attempts(VLLM_OOM, max(3, 600_000 // len(_text(VLLM_OOM)))).encode()
     lines = chunk.split(b"\n")

@@ -10,8 +10,9 @@ import pytest
 
 from dispatchlab.core.matching import diagnose
 from dispatchlab.core.parse import scanner as scanner_module
+from dispatchlab.core.parse.extra import ExtraPatterns
 from dispatchlab.core.parse.interpret import interpret
-from dispatchlab.core.parse.scan import RULES, CompiledRules, ExtraPatterns
+from dispatchlab.core.parse.rules import RULES, CompiledRules
 from dispatchlab.core.parse.sources import scan_sources
 from dispatchlab.core.reading import open_sources
 from dispatchlab.core.signatures import load_knowledge_base

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dispatchlab.core.parse import scanner as scanner_module
 from dispatchlab.core.parse.lineformat import split_line
-from dispatchlab.core.parse.scan import GATES, RULES
+from dispatchlab.core.parse.rules import GATES, RULES
 from dispatchlab.core.reading import decode_line
 
 from .helpers import ROOT

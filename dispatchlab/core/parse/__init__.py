@@ -37,7 +37,7 @@ def parse_sources(
     """Parse one or several logs (several sources make one document, in the given order); with `index`,
     the same pass writes the text copy and line index the log viewer pages through."""
     from dispatchlab.core.parse.interpret import interpret
-    from dispatchlab.core.parse.scan import compiled_rules
+    from dispatchlab.core.parse.rules import compiled_rules
     from dispatchlab.core.parse.sources import scan_sources
 
     return interpret(scan_sources(sources, compiled_rules(extra), progress, index))

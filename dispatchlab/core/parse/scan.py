@@ -9,30 +9,24 @@ from __future__ import annotations
 import bisect
 import re
 from array import array
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from dispatchlab.core.parse import heldstarts
 from dispatchlab.core.parse.chunkscan import ChunkScan, Hit
-from dispatchlab.core.parse.extra import ExtraPatterns
-from dispatchlab.core.parse.extract import Extractor, Hits
-from dispatchlab.core.parse.extract.arguments import COMMAND_START, Arguments
-from dispatchlab.core.parse.extract.backends import Backends
-from dispatchlab.core.parse.extract.coredump import CoreDump
+from dispatchlab.core.parse.extract import Hits
+from dispatchlab.core.parse.extract.arguments import COMMAND_START
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
-from dispatchlab.core.parse.extract.generated import Generated
 from dispatchlab.core.parse.extract.metrics import Metrics
-from dispatchlab.core.parse.extract.milestones import Milestones
 from dispatchlab.core.parse.extract.servers import ServerMentions
-from dispatchlab.core.parse.framelines import FramePlan, frame_plans, plans_for, read_frame_line
+from dispatchlab.core.parse.framelines import FramePlan, plans_for, read_frame_line
 from dispatchlab.core.parse.heldstarts import StartEffect, file_facts, lone_hit, shape_of
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
 from dispatchlab.core.parse.lineformat import Line, split_line
 from dispatchlab.core.parse.model import PatternHit, RunSummary
 from dispatchlab.core.parse.observations import Observations
-from dispatchlab.core.parse.scanner import Scanner
+from dispatchlab.core.parse.rules import EXTRACTORS, WANTS, CompiledRules
 from dispatchlab.core.parse.vocabulary import (
     MAX_MESSAGE,
     MAX_TIMELINE_EVENTS,
@@ -44,26 +38,6 @@ from dispatchlab.core.records import record, replace
 if TYPE_CHECKING:
     from dispatchlab.core.lineindex import LineIndexWriter
 
-# the order extractors see a line in: server mentions (they never claim a line), arguments (a dump line is
-# nothing else), failures last
-EXTRACTORS: tuple[type[Extractor], ...] = (
-    ServerMentions,
-    CoreDump,
-    Arguments,
-    Environment,
-    Milestones,
-    Backends,
-    Generated,
-    Failures,
-)
-RULES: dict[str, str] = {name: rule for cls in EXTRACTORS for name, rule in cls.RULES.items()}
-# Hyperscan's cheaper stand-ins for rules it scans slowly (see scanner.py)
-GATES: dict[str, str] = {name: gate for cls in EXTRACTORS for name, gate in getattr(cls, "GATES", {}).items()}
-# rules a big log reads in some stretches only (chunkscan.SAMPLED_STRETCH_BYTES), with what each looks for
-SAMPLED: dict[str, str] = {
-    name: what for cls in EXTRACTORS for name, what in getattr(cls, "SAMPLED", {}).items()
-}
-_WANTS = {cls: frozenset(cls.RULES) | cls.READS for cls in EXTRACTORS}  # the rules each extractor reads
 _DUMP_MARKS = ("server_args=ServerArgs(", "non-default args:", "with config:")
 # What a server prints once per start, read from SGLang's and vLLM's own startup logging: SGLang's args dump,
 # vLLM's API-server version and non-default args, a launch command line. vLLM's engine banner ("Initializing
@@ -100,27 +74,6 @@ class RunTemplate:
     votes: dict[str, int]
 
 
-class CompiledRules:
-    """The rules of every extractor plus the extra patterns, in one multi-pattern scanner."""
-
-    def __init__(self, extra: ExtraPatterns) -> None:
-        self.names = list(RULES)
-        self.extra = extra
-        self.scanner = Scanner(
-            [*RULES.values(), *extra.patterns],
-            [GATES.get(name) for name in self.names],
-            [index for index, name in enumerate(self.names) if name in SAMPLED],
-        )
-        self.rule_count = len(self.names)
-        self.frame_plans = frame_plans(self.names)
-
-
-@lru_cache(maxsize=8)
-def compiled_rules(extra: ExtraPatterns) -> CompiledRules:
-    # compiling the multi-pattern database takes a moment: reuse it across logs (workers parse many)
-    return CompiledRules(extra)
-
-
 class Scan:
     """One parse's pass: chunk scans in, Observations out."""
 
@@ -153,7 +106,7 @@ class Scan:
         # by a crash loop's start line's key: what reading it added to the file's counts (_note_start_effect)
         self.start_effects: dict[int, StartEffect] = {}
         self.held_start: tuple[ChunkScan, int, int] | None = (
-            None  # a start line not read (yet): scan, base, hit
+            None  # a start line not read yet: scan, base, hit
         )
         self._make_extractors()
 
@@ -164,7 +117,7 @@ class Scan:
         assert isinstance(servers, ServerMentions) and isinstance(environment, Environment)
         self.failures = failures  # it closes the tracebacks still open at the end
         self.servers, self.environment = servers, environment  # they and failures read frame lines
-        self.extractors = [(e, _WANTS[type(e)]) for e in made.values()]
+        self.extractors = [(e, WANTS[type(e)]) for e in made.values()]
 
     def feed(self, scan: ChunkScan) -> None:
         obs = self.obs
@@ -188,9 +141,18 @@ class Scan:
                 before = samples[si][0] if si < len(samples) else None
                 number = self._compare(scan, base, number, before)
                 continue
-            plan = plans[scan.hit_rules[number]]
-            if plan is None or not self._frame_hit(scan, base, number, plan):
-                self._hit(scan.hit(number), base)
+            if plans[scan.hit_rules[number]] is not None:
+                # the frame lines up to the next statistics line, in one go
+                stop = (
+                    bisect.bisect_right(scan.hit_lines, samples[si][0], number)
+                    if si < len(samples)
+                    else total
+                )
+                done = self._frame_hits(scan, base, number, stop, plans)
+                if done > number:
+                    number = done
+                    continue
+            self._hit(scan.hit(number), base)
             number += 1
         for index, raw in samples[si:]:
             self._sample(raw, base + index + 1)
@@ -223,24 +185,47 @@ class Scan:
             read[0].number = base + hit.index + 1
             self._read_line(read[0], hit.rules, hit.following, read[1:])
 
-    def _frame_hit(self, scan: ChunkScan, base: int, number: int, plan: FramePlan) -> bool:
-        """`_hit` of a hit whose candidate rules are a frame line's (framelines); False, having read nothing,
-        for a hit sent with lines around it or repeated."""
-        raw = scan.lone_line(number)
-        if raw is None:
-            return False
-        self.current_key = key = scan.hit_keys[number]
-        if self.run_keys is not None:
-            self.run_keys.append(key)
-        line = split_line(base + scan.hit_lines[number] + 1, decode_line(raw), self.obs.year)
-        if line.prefixed or line.time or line.style != "plain":
-            self._read_line(line, scan.rule_sets[scan.hit_rules[number]], b"")
-        else:
-            line.rank = self.last_process  # a bare line belongs to the process printing around it
-            read_frame_line(
-                line, plan, self.rules.scanner.regex, self.servers, self.environment, self.failures
-            )
-        return True
+    def _frame_hits(
+        self, scan: ChunkScan, base: int, number: int, stop: int, plans: list[FramePlan | None]
+    ) -> int:
+        """`_hit` of the hits from `number` (before `stop`) whose candidate rules are a frame line's
+        (framelines), up to the first that is not or was sent with lines around it or repeated; returns the
+        hit after the last one read (`number` when it is none). One loop for a traceback's frames: a call
+        per frame line was a tenth of a traceback flood's parse."""
+        hit_lines, hit_keys, hit_rules, text, ends = (
+            scan.hit_lines,
+            scan.hit_keys,
+            scan.hit_rules,
+            scan.hit_text,
+            scan.hit_ends,
+        )
+        context, repeats = scan.context, scan.repeats
+        repeated = (
+            range(0) if repeats is None else range(repeats.first_hit, repeats.first_hit + repeats.count)
+        )
+        regex, servers, environment, failures = (
+            self.rules.scanner.regex,
+            self.servers,
+            self.environment,
+            self.failures,
+        )
+        run_keys = self.run_keys
+        while number < stop:
+            plan = plans[hit_rules[number]]
+            if plan is None or number in context or number in repeated:
+                break
+            self.current_key = key = hit_keys[number]
+            if run_keys is not None:
+                run_keys.append(key)
+            raw = text[ends[number - 1] if number else 0 : ends[number]]
+            line = split_line(base + hit_lines[number] + 1, decode_line(raw), self.obs.year)
+            if line.prefixed or line.time or line.style != "plain":
+                self._read_line(line, scan.rule_sets[hit_rules[number]], b"")
+            else:
+                line.rank = self.last_process  # a bare line belongs to the process printing around it
+                read_frame_line(line, plan, regex, servers, environment, failures)
+            number += 1
+        return number
 
     # ---------------------------------------------------------------- a crash loop's repeated runs
     def _compare(self, scan: ChunkScan, base: int, number: int, before: int | None) -> int:

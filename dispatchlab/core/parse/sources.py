@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from dispatchlab.core.parse import chunkscan
 from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, reads_sampled, scan_chunk
 from dispatchlab.core.parse.observations import Observations
-from dispatchlab.core.parse.scan import CompiledRules, Scan
+from dispatchlab.core.parse.rules import CompiledRules
+from dispatchlab.core.parse.scan import Scan
 from dispatchlab.core.parse.vocabulary import METRIC_POINTS_TARGET, ProgressCallback
 from dispatchlab.core.reading import Source, iter_chunks
 

@@ -34,7 +34,7 @@ def _tail_lines(tail: bytes, keep: int = 40) -> list[str]:
 def _checks_sampled(obs: Observations) -> dict[str, Any] | None:
     if not obs.unsampled_bytes:
         return None
-    from dispatchlab.core.parse.scan import SAMPLED
+    from dispatchlab.core.parse.rules import SAMPLED
 
     return {
         "checks": dict(SAMPLED),
