@@ -98,7 +98,30 @@ _REQUEST_FRAME = lazy_compile(
     # SGLang's OpenAI serving base (entrypoints/openai/serving_base.py): one request's handler
     r"_handle_non_streaming_request|_handle_streaming_request|_build_chat_response)$"
 )
-_REQUEST_FRAMES = lazy_compile(_REQUEST_FRAME.pattern, re.M)  # over function names, one per line
+
+
+def _over_names(pattern: str | bytes) -> re.Pattern[str]:
+    """A `^...$` pattern of one function name, searched over names each after a newline: the newline it
+    starts with lets the search skip from one name to the next (a `^` under re.M was tried at every offset)."""
+    assert isinstance(pattern, str) and pattern.startswith("^") and pattern.endswith("$")
+    return lazy_compile(r"\n(" + pattern[1:-1] + r")(?=\n|\Z)")
+
+
+_REQUEST_FRAMES = _over_names(_REQUEST_FRAME.pattern)
+# what every name _REQUEST_FRAME and KERNEL_FUNC take holds one of (tests/core/test_failures_names.py): the
+# regexes, tried at each name, are searched only over a traceback whose names hold one
+REQUEST_PIECES = (
+    "create_",
+    "_preprocess_",
+    "generate_request",
+    "v1_",
+    "_handle_",
+    "chat_completion",
+    "_tokenize_prompt_input",
+    "render_chat_request",
+    "_build_chat_response",
+)
+KERNEL_PIECES = ("trtllm_", "mm_", "_kernel", "cutlass_", "fmha", "_moe", "flashinfer_", "_gemm")
 _REQUEST_TEXT_RULE = (
     r"Error in request|Error in preprocessing prompt inputs|BadRequestError|[Ii]nvalid request|"
     r"maximum context length is \d+ tokens|Error in (?:chat|completion) request"
@@ -124,7 +147,7 @@ _NCCL_CHATTER = lazy_compile(r"NCCL (?:WARN|INFO)")
 KERNEL_FUNC = lazy_compile(
     r"^(?:trtllm_\w+|[Bb]mm_\w+|\w+_kernel|cutlass_\w+|fmha\w*|\w*_moe|flashinfer_\w+|\w+_gemm\w*)$"
 )
-_KERNEL_FUNCS = lazy_compile(KERNEL_FUNC.pattern, re.M)  # over function names, one per line
+_KERNEL_FUNCS = _over_names(KERNEL_FUNC.pattern)
 KERNEL_TEXT = lazy_compile(
     r"\b[Bb]mm_[A-Za-z0-9]+_[A-Za-z0-9_]+|\btrtllm_[a-z0-9_]+|\bfmhaSm\d+\w*Kernel\w*|\b[\w-]+\.cubin\b|"
     r"\b[a-z0-9_]+_kernel\b|\bcutlass_[a-z0-9_]+|\b[A-Z]\w*(?:Fmha|Gemm|Moe|MoE)\w*Runner\b"
@@ -409,9 +432,12 @@ class Failures:
                 return
             tb.exception = "(traceback cut off)"
         tb.chain = current.chained
-        # the frames' functions, one per line: each test below is one search, not one match per frame
-        functions = "\n".join([f.function for f in tb.frames])
-        request = current.request or _REQUEST_FRAMES.search(functions) is not None
+        # the frames' functions, each after a newline: each test below is one search, not one match per frame
+        functions = "".join(["\n" + f.function for f in tb.frames])
+        request = current.request or (
+            any(piece in functions for piece in REQUEST_PIECES)
+            and _REQUEST_FRAMES.search(functions) is not None
+        )
         if request:
             self._request_failed(tb.line)
         signature = (
@@ -434,9 +460,9 @@ class Failures:
             obs.timeline.append(Event(tb.line, None, tb.rank, kind, "traceback", detail, None))
         else:
             obs.tracebacks_omitted += 1
-        if tb.frames:
+        if any(piece in functions for piece in KERNEL_PIECES):
             for kernel in _KERNEL_FUNCS.finditer(functions):
-                self._kernel(kernel.group())
+                self._kernel(kernel.group(1))
 
     def _request_failed(self, line: int) -> None:
         """One request failed and the server answered it: proof of serving, not a crash."""
