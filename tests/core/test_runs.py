@@ -277,3 +277,26 @@ def test_every_line_of_a_crash_loops_repeated_blocks_is_rebuilt_from_one_block_a
         hit = scan.hit(number)
         assert hit.raw == lines[hit.index]
         assert hit.previous in (b"", lines[hit.index - 1])
+
+
+def test_a_big_chunk_of_a_crash_loop_is_found_repeating_and_a_traceback_flood_is_not():
+    """The middle megabyte is searched first: a loop's 4 MB chunk still has its repeats taken from one block,
+    a chunk of different tracebacks (digits aside, no block repeats) has none."""
+    from dispatchlab.core.parse.chunkscan import scan_chunk
+    from dispatchlab.core.parse.extra import NO_EXTRA_PATTERNS
+    from dispatchlab.core.parse.rules import compiled_rules
+
+    scanner = compiled_rules(NO_EXTRA_PATTERNS).scanner
+    loop = _attempts(VLLM_OOM, 4_000_000 // len(_text(VLLM_OOM))).encode()
+    assert scan_chunk(scanner, loop, 10**9, 0).repeats is not None
+
+    def word(n: int) -> str:  # digits aside, every traceback differs
+        return "".join(chr(ord("a") + int(digit)) for digit in str(n))
+
+    flood = "".join(
+        f'Traceback (most recent call last):\n  File "/srv/app/step_{word(n)}.py", line 3, in handler_{word(n)}\n'
+        f"ValueError: state {word(n)} is wrong\nERROR job failed\n"
+        for n in range(30_000)
+    ).encode()
+    assert len(flood) > 2 * 1024 * 1024
+    assert scan_chunk(scanner, flood, 10**9, 0).repeats is None

@@ -42,6 +42,7 @@ _MAX_BLOCK_LINES = 20_000
 _MAX_PROBE_COPIES = 64
 # error words and traceback frames in the middle of a chunk that make it worth searching for repeats
 _MIN_ERROR_MARKS, _GATE_BYTES = 8, 128 * 1024
+_PROBE_WINDOW_BYTES = 1024 * 1024
 # The rules Hyperscan can only run byte by byte (no literal to look for: a token repeated, a word looping; the
 # extractors' SAMPLED) cost two thirds of a server log's scan. A log is read in stretches of this size: its
 # first and last stretch and one in SAMPLED_EVERY between are read with them, the others without, and the
@@ -468,6 +469,12 @@ def _repeated_blocks(
     sample = (middle, middle + _GATE_BYTES)
     if chunk.count(b"rror", *sample) + chunk.count(b'File "', *sample) < _MIN_ERROR_MARKS:
         return None  # a serving log, not a crash loop: not worth the search
+    if len(chunk) > 2 * _PROBE_WINDOW_BYTES:
+        # a block repeated in the chunk's middle megabyte first: a traceback flood has none, and made a copy of
+        # every chunk to search for one (a loop of runs longer than a third of that is read line by line)
+        start = chunk.find(b"\n", middle - _PROBE_WINDOW_BYTES // 2) + 1
+        if _period(chunk[start : start + _PROBE_WINDOW_BYTES].translate(_ONE_DIGIT)) is None:
+            return None
     text = chunk.translate(_ONE_DIGIT)  # its lines as long as the chunk's
     found = _period(text)
     if found is None:
