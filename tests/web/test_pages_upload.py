@@ -479,3 +479,26 @@ def test_tracebacks_and_error_lines_past_the_caps_are_counted_on_the_page(client
     html = client.get(reverse("front:report", args=[report.pk])).content.decode()
     assert "... and 3996 more tracebacks, not listed" in html
     assert "... and 12 more error lines" in html
+
+
+def test_a_big_logs_sampled_garbage_checks_say_how_much_of_it_they_read(client, cast):
+    doc = copy.deepcopy(CRASH_DOC)
+    doc["checks_sampled"] = {
+        "checks": {
+            "gen_repeat": "a bare output line of one token repeated",
+            "gen_words": "a word repeated back to back",
+        },
+        "checked_bytes": 25_200_000,
+        "total_bytes": 100_700_000,
+    }
+    report = cast.report(doc, title="big")
+    login(client, cast.alice)
+    html = client.get(reverse("front:report", args=[report.pk])).content.decode()
+    note = html[html.index('id="checks-sampled"') :]
+    note = note[: note.index("</p>")]
+    assert "24.0\xa0MB of this log" in note and "96.0\xa0MB" in note
+    assert "a bare output line of one token repeated; a word repeated back to back" in note
+    assert "checked in every line" in note
+    plain = copy.deepcopy(CRASH_DOC)
+    report = cast.report(plain, title="small")
+    assert 'id="checks-sampled"' not in client.get(reverse("front:report", args=[report.pk])).content.decode()
