@@ -12,9 +12,11 @@ from dispatchlab.core.lazyre import lazy_compile
 _OPAQUE = lazy_compile(r"<[A-Za-z_][\w.]*[ :>]")
 _CALL = lazy_compile(r"^(?P<name>[A-Za-z_][\w.]*)\((?P<body>.*)\)$", re.S)
 _IDENT = lazy_compile(r"^[A-Za-z_]\w*$")
+# (a quoted string with no escape, newline, NUL or lone surrogate, which literal_eval refuses or changes; an int of
+# up to 4,000 digits: Python converts no longer one)
 _SIMPLE_VALUE = lazy_compile(
-    r"(?P<word>True|False|None)\Z|(?P<quoted>'[^'\\\n]*'|\"[^\"\\\n]*\")\Z|"
-    r"(?P<int>-?(?:0|[1-9][0-9]*))\Z|-?(?:0|[1-9][0-9]*)\.[0-9]+\Z"
+    r"(?P<word>True|False|None)\Z|(?P<quoted>'[^'\\\n\r\x00\ud800-\udfff]*'|\"[^\"\\\n\r\x00\ud800-\udfff]*\")\Z|"
+    r"(?P<int>-?(?:0|[1-9][0-9]{0,3999}))\Z|-?(?:0|[1-9][0-9]*)\.[0-9]+\Z"
 )
 _WORDS: dict[str, Any] = {"True": True, "False": False, "None": None}
 
