@@ -50,9 +50,10 @@ def _head(doc: dict[str, Any]) -> list[str]:
     sampled = doc.get("checks_sampled")
     if sampled:
         checked, total = sampled["checked_bytes"] / 1e6, sampled["total_bytes"] / 1e6
+        where = sampled.get("where") or "some stretches of it"
         out.append(
             f"sampled  {'; '.join(sampled['checks'].values())}: looked for in {checked:,.0f} of {total:,.0f} MB "
-            "(the first and last stretch, one in eight between)"
+            f"({where})"
         )
     return out + describe_runs(doc.get("runs") or [], doc.get("runs_omitted_by_fingerprint") or {})
 

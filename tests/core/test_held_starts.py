@@ -3,6 +3,7 @@ the one reading every start line gives, whatever the runs do around them."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -38,11 +39,13 @@ def _observations(log: Path) -> dict:
     return vars(scan_sources(open_sources([log]), compiled_rules(NO_EXTRA_PATTERNS)))
 
 
-def _both_ways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> tuple[dict, dict, int]:
+def _both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, *, gz: bool = False
+) -> tuple[dict, dict, int]:
     """The document with start lines held, without, and how many were held; what the parse observed is the
     same both ways."""
-    log = tmp_path / "loop.log"
-    log.write_text(text)
+    log = tmp_path / ("loop.log.gz" if gz else "loop.log")
+    log.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
     held = []
     hold = Scan._hold_start
 
@@ -112,3 +115,23 @@ def test_a_start_line_that_grows_a_digit_is_read_and_the_longer_launch_command_k
     held, read_all, count = _both_ways(tmp_path, monkeypatch, text)
     assert held == read_all and count > 900
     assert held["launch_command"].endswith("# attempt 1000")
+
+
+def test_statistics_lines_right_after_held_starts_keep_the_series_as_reading_every_start(
+    tmp_path, monkeypatch
+):
+    """A statistics line right after a held start line has that line read first: put off, the samples
+    changed when a long series is halved (a small target makes it halve here)."""
+    from dispatchlab.core.parse import scan, sources
+
+    monkeypatch.setattr(scan, "METRIC_POINTS_TARGET", 10)
+    monkeypatch.setattr(sources, "METRIC_POINTS_TARGET", 10)
+    serving = "".join(line for line in _text(SERVING).splitlines(keepends=True) if "Decode batch" in line)
+    runs = []
+    for n in range(60):
+        first, rest = _attempt(SGLANG_OOM, n).split("\n", 2)[:2], _attempt(SGLANG_OOM, n).split("\n", 2)[2]
+        runs.append(first[0] + "\n" + first[1] + "\n" + serving + rest)
+    # compressed: its size says little of its lines, so the series outgrows its target and is halved
+    held, read_all, count = _both_ways(tmp_path, monkeypatch, "".join(runs), gz=True)
+    assert held == read_all and count > 0
+    assert held["metrics"]["sampled_every"] > 1

@@ -28,7 +28,7 @@ def _small_stretches(monkeypatch):
     monkeypatch.setattr(sources, "PARALLEL_MIN_BYTES", STRETCH)
 
 
-def _log(tmp_path: Path, at_stretch: float, line: str, stretches: int = 20) -> Path:
+def _log(tmp_path: Path, at_stretch: float, line: str, stretches: float = 20) -> Path:
     """A serving log of `stretches` stretches with `line` written `at_stretch` stretches in."""
     out, size, placed, n = [], 0, False, 0
     while size < stretches * STRETCH:
@@ -89,3 +89,24 @@ def test_the_same_log_compressed_samples_its_head_and_one_stretch_in_eight(tmp_p
     packed.write_bytes(gzip.compress(plain.read_bytes()))
     doc = analyze_paths([packed])
     assert _garbage_lines(doc) and doc["checks_sampled"]["total_bytes"] == plain.stat().st_size
+
+
+def test_a_word_loop_in_the_last_8_mb_is_found_when_the_last_stretch_is_half_a_stretch(tmp_path):
+    """A log of 19.5 stretches ends in half of one: its last two segments (8 MB) are still read whole."""
+    path = _log(tmp_path, 18.9, WORD_LOOP, stretches=19.5)
+    doc = analyze_paths([path])
+    assert _garbage_lines(doc)
+    assert doc["checks_sampled"]["where"] == "its first and last 8 MB and one 8 MB stretch in eight between"
+
+
+def test_a_compressed_log_says_its_end_was_not_among_the_stretches_read(tmp_path, monkeypatch):
+    import gzip
+
+    monkeypatch.setattr(sources, "WORKER_CHUNK_BYTES", 16 * 1024)
+    plain = _log(tmp_path, 19.5, WORD_LOOP)
+    packed = tmp_path / "big.log.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    doc = analyze_paths([packed])
+    assert not _garbage_lines(doc)  # stretch 19 of a stream: not known to be its last while it is read
+    assert "a compressed or piped log's end is not known" in doc["checks_sampled"]["where"]
+    assert "a compressed or piped log's end is not known" in render_summary(doc)

@@ -490,13 +490,14 @@ def test_a_big_logs_sampled_garbage_checks_say_how_much_of_it_they_read(client, 
         },
         "checked_bytes": 25_200_000,
         "total_bytes": 100_700_000,
+        "where": "its first and last 8 MB and one 8 MB stretch in eight between",
     }
     report = cast.report(doc, title="big")
     login(client, cast.alice)
     html = client.get(reverse("front:report", args=[report.pk])).content.decode()
     note = html[html.index('id="checks-sampled"') :]
     note = note[: note.index("</p>")]
-    assert "24.0\xa0MB of this log" in note and "96.0\xa0MB" in note
+    assert "24.0\xa0MB of this log" in note and "96.0\xa0MB (its first and last 8 MB and one 8 MB" in note
     assert "a bare output line of one token repeated; a word repeated back to back" in note
     assert "checked in every line" in note
     plain = copy.deepcopy(CRASH_DOC)

@@ -56,6 +56,7 @@ class Observations:
     truncated_events: int = 0
     scanned_bytes: int = 0
     unsampled_bytes: int = 0  # of those, read without the sampled rules (chunkscan.SAMPLED_STRETCH_BYTES)
+    sampled_stream: bool = False  # a compressed or piped log read so: its last stretch too
     pattern_hits: dict[int, list[PatternHit]] = field(default_factory=dict)
     tail: bytes = b""  # the log's last bytes: what the learned fallback reads when no line says what failed
     # arguments and versions

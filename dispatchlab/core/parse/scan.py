@@ -56,6 +56,7 @@ _MAX_TEMPLATE_HITS = 20_000  # a run compared with the next holds this many hits
 # from its record, and the events of every run but the first and the current one are counted, not kept (the
 # same whether a run was read or replayed, so the document does not depend on which)
 _LOOP_RUNS = 20
+_MAX_START_EFFECTS = 64  # start lines' effects kept at once (heldstarts.py)
 
 _ExtraHits = list[tuple[int, re.Match[str]]]  # (extra pattern, its match) of a line
 _ReadLine = tuple[Line, Hits, _ExtraHits]  # a line and its hits
@@ -167,10 +168,18 @@ class Scan:
             self.stride *= 2
 
     def _sample(self, raw: bytes, number: int) -> None:
-        if self.pending or self.held_start is not None:  # after the held hits, in line order
+        if self.pending:  # after the held hits, in line order
             self.pending.append((None, number, 0, 0, raw))
-        else:
-            self.metrics.sample(raw, number)
+            return
+        # a statistics line right after a held start line: that line is read first, as it would have been (a
+        # sample put off would change when the series is halved)
+        self._read_held_start()
+        self.metrics.sample(raw, number)
+
+    def _read_held_start(self) -> None:
+        held, self.held_start = self.held_start, None
+        if held is not None:
+            self._read_start(held[0].hit(held[2]), held[1])
 
     def _hit(self, hit: Hit, base: int, read: _ReadLine | None = None) -> None:
         if self.run_keys is not None:
@@ -297,6 +306,8 @@ class Scan:
             self.start_effects.pop(hit.key, None)
             return
         added = {server: count - votes.get(server, 0) for server, count in obs.server_votes.items()}
+        if len(self.start_effects) >= _MAX_START_EFFECTS:
+            self.start_effects.clear()  # start lines that keep changing (a host, a path): memory stays flat
         self.start_effects[hit.key] = StartEffect(shape_of(hit.raw), added, obs.warnings_count - warnings)
 
     def _hold_start(self, scan: ChunkScan, base: int, number: int, raw: bytes) -> None:
@@ -323,9 +334,7 @@ class Scan:
 
     def _flush(self) -> None:
         """The current run is not a repeat: its held hits go through the extractors after all."""
-        held, self.held_start = self.held_start, None
-        if held is not None:  # its start line first
-            self._read_start(held[0].hit(held[2]), held[1])
+        self._read_held_start()  # its start line first
         self.comparing = False
         pending, self.pending = self.pending, []
         for scan, base, start, stop, raw in pending:

@@ -64,14 +64,18 @@ def _stream_in_parallel(run: Scan, source: Source, workers: int) -> Iterator[Chu
 
 def _with_sampled(chunks: Iterable[bytes], source: Source) -> Iterator[tuple[bytes, bool]]:
     """Each chunk and whether it is read with the sampled rules: by the stretch it starts in (a stream's
-    chunks are the same however many processes read it)."""
+    chunks are the same however many processes read it), and for a file of known size every chunk that
+    reaches into its last stretch."""
     stretch_bytes = chunkscan.SAMPLED_STRETCH_BYTES
     size = None if source.compressed or source.path is None else source.stored_bytes
-    stretches = None if size is None else max(1, -(-size // stretch_bytes))
     offset = 0
     for chunk in chunks:
-        yield chunk, reads_sampled(offset // stretch_bytes, stretches)
-        offset += len(chunk)
+        end = offset + len(chunk)
+        yield (
+            chunk,
+            reads_sampled(offset // stretch_bytes, None) or (size is not None and end > size - stretch_bytes),
+        )
+        offset = end
 
 
 def _scans_of(run: Scan, source: Source) -> Iterable[ChunkScan]:
@@ -129,6 +133,7 @@ def scan_sources(
     for source in sources:
         first = run.obs.line_count + 1
         run.begin_source(first)
+        unsampled = run.obs.unsampled_bytes
         for scan in _scans_of(run, source):
             if index is not None:
                 index.add_checkpoints(scan.checkpoints, scan.lines, scan.size)
@@ -138,6 +143,8 @@ def scan_sources(
                 progress(done, total)
         if source.path is not None and (source.stored_bytes or 0) >= PARALLEL_MIN_BYTES:
             run.obs.tail = _file_tail(source.path, source.stored_bytes or 0)  # scanned in parallel, not here
+        if run.obs.unsampled_bytes > unsampled and (source.compressed or source.path is None):
+            run.obs.sampled_stream = True  # its last stretch was not known while it was read
         lines = run.obs.line_count - first + 1
         run.obs.sources.append({"name": source.name, "first_line": first, "line_count": lines})
     return run.finish()

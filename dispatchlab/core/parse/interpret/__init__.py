@@ -36,10 +36,14 @@ def _checks_sampled(obs: Observations) -> dict[str, Any] | None:
         return None
     from dispatchlab.core.parse.rules import SAMPLED
 
+    where = "its first and last 8 MB and one 8 MB stretch in eight between"
+    if obs.sampled_stream:
+        where = "its first 8 MB and one 8 MB stretch in eight after it (a compressed or piped log's end is not known as it is read)"
     return {
         "checks": dict(SAMPLED),
         "checked_bytes": obs.scanned_bytes - obs.unsampled_bytes,
         "total_bytes": obs.scanned_bytes,
+        "where": where,
     }
 
 
