@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,13 +175,29 @@ class _Quiet(GenerateJsonSchema):
         return out
 
 
-@functools.cache
+# pydantic reads a TypedDict's source (inspect, then ast.parse) when it first builds its schema, and CPython 3.11's
+# ast.parse cannot run in two threads at once ("AST constructor recursion depth mismatch": a 500 when eight first
+# requests reached a web process together): shapes are built one at a time
+BUILDING = threading.RLock()
+
+
 def _adapter(shape: Any) -> TypeAdapter[Any]:
+    with BUILDING:
+        return _built_adapter(shape)
+
+
+@functools.cache
+def _built_adapter(shape: Any) -> TypeAdapter[Any]:
     return TypeAdapter(shape)
 
 
-@functools.cache
 def _properties(shape: Any) -> tuple[dict[str, Any], frozenset[str]]:
+    with BUILDING:
+        return _built_properties(shape)
+
+
+@functools.cache
+def _built_properties(shape: Any) -> tuple[dict[str, Any], frozenset[str]]:
     schema = _adapter(shape).json_schema(schema_generator=_Quiet, ref_template=REF_TEMPLATE)
     return dict(schema.get("properties", {})), frozenset(schema.get("required", ()))
 
@@ -312,10 +329,11 @@ class _Shapes:
         return self.slots[shape]
 
     def generate(self) -> tuple[dict[_Slot, Any], dict[str, Any]]:
-        inputs = [(slot, "serialization", _adapter(shape)) for shape, slot in self.slots.items()]
-        mapping, definitions = TypeAdapter.json_schemas(
-            inputs, ref_template=REF_TEMPLATE, schema_generator=_Quiet
-        )
+        with BUILDING:
+            inputs = [(slot, "serialization", _adapter(shape)) for shape, slot in self.slots.items()]
+            mapping, definitions = TypeAdapter.json_schemas(
+                inputs, ref_template=REF_TEMPLATE, schema_generator=_Quiet
+            )
         components = {name: _tidy(schema) for name, schema in definitions.get("$defs", {}).items()}
         return {slot: schema for (slot, _), schema in mapping.items()}, components
 

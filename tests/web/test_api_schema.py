@@ -285,3 +285,38 @@ def test_the_api_page_shows_every_operation_of_the_document(client, alice_client
     # linked from the navigation, and public as the document is
     assert 'href="/api/"' in alice_client.get("/").content.decode()
     assert client.get("/api/").status_code == 200
+
+
+def test_query_shapes_are_built_one_at_a_time_when_first_requests_come_together(monkeypatch):
+    """pydantic reads a TypedDict's source with ast.parse when it first builds it, which CPython 3.11 cannot
+    do in two threads at once (a 500 under eight first requests): the builds wait for each other."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from typing_extensions import TypedDict
+
+    from dispatchlab.api import schema
+
+    building, most = [0], [0]
+    real = schema.TypeAdapter
+
+    def slow_adapter(shape):
+        building[0] += 1
+        most[0] = max(most[0], building[0])
+        time.sleep(0.02)
+        building[0] -= 1
+        return real(shape)
+
+    monkeypatch.setattr(schema, "TypeAdapter", slow_adapter)
+    shapes = [TypedDict(f"Query{n}", {"page": int}, total=False) for n in range(8)]  # type: ignore[operator]
+    start = threading.Barrier(8)
+
+    def first_request(shape):
+        start.wait()
+        return schema._properties(shape)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(first_request, shapes))
+    assert all("page" in properties for properties, _required in answers)
+    assert most[0] == 1
