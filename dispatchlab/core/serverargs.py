@@ -84,8 +84,9 @@ def parse_value(text: str) -> Any:
     import warnings
 
     try:
-        with warnings.catch_warnings():  # `1and` in a garbled dump: not worth a SyntaxWarning on stderr
+        with warnings.catch_warnings():  # `1and`, `'\d'` in a garbled dump: not worth a warning on stderr
             warnings.simplefilter("ignore", SyntaxWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
             return _json_safe(ast.literal_eval(text))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
