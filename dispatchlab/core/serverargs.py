@@ -26,7 +26,7 @@ _WORDS: dict[str, Any] = {"True": True, "False": False, "None": None}
 # A quote runs to its closing quote (a backslash escapes the next character) or to the end; a repr from `<`
 # and a name to the next `>` or the end.
 _TOKEN = lazy_compile(
-    r"""'(?:[^'\\]|\\[\s\S]?)*'?|"(?:[^"\\]|\\[\s\S]?)*"?|<[A-Za-z_][\w.]*(?:>|[ :][^>]*>?)|[()\[\]{},]"""
+    r"""'(?:[^'\\]|\\[\s\S])*\\?'?|"(?:[^"\\]|\\[\s\S])*\\?"?|<[A-Za-z_][\w.]*(?:>|[ :][^>]*>?)|[()\[\]{},]"""
 )
 
 

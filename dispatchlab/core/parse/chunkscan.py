@@ -28,7 +28,7 @@ CONTINUED = (
 )
 _DIGITS = b"0123456789"
 _NEWLINE = ord("\n")
-_ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
+ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")  # every digit where it is, whatever its value
 _NOT_DIGITS = bytes(b for b in range(256) if b not in _DIGITS)
 _DIGIT_RUN = lazy_compile(rb"[0-9]+")
 FOLLOWING_LINES = 400
@@ -51,11 +51,11 @@ SAMPLED_STRETCH_BYTES = 8 * 1024 * 1024
 SAMPLED_EVERY = 8
 
 
-def reads_sampled(stretch: int, stretches: int | None) -> bool:
-    """Whether stretch number `stretch` of a log (of `stretches`; None: a stream, its length unknown) is read
-    with the sampled rules. Decided by the stretch alone, not by which process reads it: a log parses the
-    same on any number of cores."""
-    return stretch % SAMPLED_EVERY == 0 or (stretches is not None and stretch == stretches - 1)
+def reads_sampled(stretch: int) -> bool:
+    """Whether stretch number `stretch` of a log is read with the sampled rules (a file of known size: its last
+    8 MB too, which its reader adds). Decided by the stretch alone, not by which process reads it: a log parses
+    the same on any number of cores."""
+    return stretch % SAMPLED_EVERY == 0
 
 
 @record
@@ -473,9 +473,9 @@ def _repeated_blocks(
         # a block repeated in the chunk's middle megabyte first: a traceback flood has none, and made a copy of
         # every chunk to search for one (a loop of runs longer than a third of that is read line by line)
         start = chunk.find(b"\n", middle - _PROBE_WINDOW_BYTES // 2) + 1
-        if _period(chunk[start : start + _PROBE_WINDOW_BYTES].translate(_ONE_DIGIT)) is None:
+        if _period(chunk[start : start + _PROBE_WINDOW_BYTES].translate(ONE_DIGIT)) is None:
             return None
-    text = chunk.translate(_ONE_DIGIT)  # its lines as long as the chunk's
+    text = chunk.translate(ONE_DIGIT)  # its lines as long as the chunk's
     found = _period(text)
     if found is None:
         return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dispatchlab.core.parse.chunkscan import ONE_DIGIT
 from dispatchlab.core.records import record
 
 if TYPE_CHECKING:
@@ -22,13 +23,10 @@ if TYPE_CHECKING:
 HOLD_STARTS = True  # tests turn it off to compare
 
 
-_ONE_DIGIT = bytes.maketrans(b"123456789", b"000000000")
-
-
 def shape_of(raw: bytes) -> bytes:
     """A line with every digit where it is, whatever its value: a hit's key drops its digits, so `attempt 999`
     and `attempt 1000` share one, but a longer launch command is the one the file keeps."""
-    return raw.translate(_ONE_DIGIT)
+    return raw.translate(ONE_DIGIT)
 
 
 @record(frozen=True)

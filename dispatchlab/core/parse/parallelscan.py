@@ -104,14 +104,13 @@ class Segment:
 
 def _segments(path: Path, size: int, text_parts: Path | None) -> list[Segment]:
     bounds = _segment_bounds(path, size)
-    stretches = (len(bounds) + 1) // 2
     # the last two segments are the log's last 8 MB whichever stretches they fall in
     return [
         Segment(
             a,
             b,
             text_parts / f"part-{i}" if text_parts else None,
-            reads_sampled(i // 2, stretches) or i >= len(bounds) - 2,
+            reads_sampled(i // 2) or i >= len(bounds) - 2,
         )
         for i, (a, b) in enumerate(bounds)
     ]

@@ -73,7 +73,7 @@ def _with_sampled(chunks: Iterable[bytes], source: Source) -> Iterator[tuple[byt
         end = offset + len(chunk)
         yield (
             chunk,
-            reads_sampled(offset // stretch_bytes, None) or (size is not None and end > size - stretch_bytes),
+            reads_sampled(offset // stretch_bytes) or (size is not None and end > size - stretch_bytes),
         )
         offset = end
 
