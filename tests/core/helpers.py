@@ -19,6 +19,12 @@ GOLDEN = ROOT / "tests" / "fixtures" / "golden"
 GENUINE = ROOT / "tests" / "fixtures" / "genuine"
 
 
+def log_text(path: Path) -> str:
+    """A fixture log's text, ending in a newline (files are joined into multi-run logs)."""
+    text = path.read_text()
+    return text if text.endswith("\n") else text + "\n"
+
+
 def corpus_candidates(environ: os._Environ[str] | dict[str, str] = os.environ) -> list[Path]:
     """Where the real-log corpus may be: DISPATCHLAB_CORPUS, ../shared/corpus next to the repo,
     /work/shared/corpus; in that order."""

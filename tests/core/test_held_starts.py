@@ -16,7 +16,7 @@ from dispatchlab.core.parse.scan import Scan
 from dispatchlab.core.parse.sources import scan_sources
 from dispatchlab.core.reading import open_sources
 
-from .helpers import LOGS
+from .helpers import LOGS, log_text
 
 SGLANG_OOM = LOGS / "sglang_docker_capture_oom.log"
 SGLANG_ARCH = LOGS / "sglang_dsv4_eagle_sm120.log"
@@ -24,9 +24,7 @@ VLLM_OOM = LOGS / "vllm_engine_core_oom.log"
 SERVING = LOGS / "sglang_h100_serving.log"
 
 
-def _text(path: Path) -> str:
-    text = path.read_text()
-    return text if text.endswith("\n") else text + "\n"
+_text = log_text
 
 
 def _attempt(path: Path, n: int) -> str:

@@ -12,7 +12,7 @@ from dispatchlab.core import analyze_paths
 from dispatchlab.core.parse import parse_sources
 from dispatchlab.core.summary import render_summary
 
-from .helpers import LOGS, text_source
+from .helpers import LOGS, log_text, text_source
 
 KB_FAILING = LOGS.parent / "kb" / "failing"
 SGLANG_OOM = LOGS / "sglang_docker_capture_oom.log"
@@ -21,9 +21,7 @@ SGLANG_SERVING = LOGS / "sglang_h100_serving.log"
 VLLM_OOM = LOGS / "vllm_engine_core_oom.log"
 
 
-def _text(path: Path) -> str:
-    text = path.read_text()
-    return text if text.endswith("\n") else text + "\n"
+_text = log_text
 
 
 def _analyze(tmp_path: Path, *parts: Path, name: str = "runs.log") -> dict:

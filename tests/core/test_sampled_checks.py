@@ -44,6 +44,18 @@ def _log(tmp_path: Path, at_stretch: float, line: str, stretches: float = 20) ->
     return path
 
 
+def _compressed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_stretch: float) -> tuple[Path, dict]:
+    """The log with a word loop `at_stretch` stretches in, and the document of its .gz (read in small pieces:
+    a stream's stretches are counted by its pieces)."""
+    import gzip
+
+    monkeypatch.setattr(sources, "WORKER_CHUNK_BYTES", 16 * 1024)
+    plain = _log(tmp_path, at_stretch, WORD_LOOP)
+    packed = tmp_path / "big.log.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    return plain, analyze_paths([packed])
+
+
 def _garbage_lines(doc: dict) -> list[int]:
     return [e["line"] for e in doc["errors"] if e["kind"] == "garbage_output"]
 
@@ -81,13 +93,7 @@ def test_a_log_of_one_stretch_is_read_whole_and_says_nothing_of_sampling(tmp_pat
 
 
 def test_the_same_log_compressed_samples_its_head_and_one_stretch_in_eight(tmp_path, monkeypatch):
-    import gzip
-
-    monkeypatch.setattr(sources, "WORKER_CHUNK_BYTES", 16 * 1024)
-    plain = _log(tmp_path, 8.5, WORD_LOOP)
-    packed = tmp_path / "big.log.gz"
-    packed.write_bytes(gzip.compress(plain.read_bytes()))
-    doc = analyze_paths([packed])
+    plain, doc = _compressed(tmp_path, monkeypatch, 8.5)
     assert _garbage_lines(doc) and doc["checks_sampled"]["total_bytes"] == plain.stat().st_size
 
 
@@ -100,13 +106,7 @@ def test_a_word_loop_in_the_last_8_mb_is_found_when_the_last_stretch_is_half_a_s
 
 
 def test_a_compressed_log_says_its_end_was_not_among_the_stretches_read(tmp_path, monkeypatch):
-    import gzip
-
-    monkeypatch.setattr(sources, "WORKER_CHUNK_BYTES", 16 * 1024)
-    plain = _log(tmp_path, 19.5, WORD_LOOP)
-    packed = tmp_path / "big.log.gz"
-    packed.write_bytes(gzip.compress(plain.read_bytes()))
-    doc = analyze_paths([packed])
+    _plain, doc = _compressed(tmp_path, monkeypatch, 19.5)
     assert not _garbage_lines(doc)  # stretch 19 of a stream: not known to be its last while it is read
     assert "a compressed or piped log's end is not known" in doc["checks_sampled"]["where"]
     assert "a compressed or piped log's end is not known" in render_summary(doc)
