@@ -93,6 +93,8 @@ _FUNCTION_WORDS_BY_LANGUAGE = {
 }
 _FUNCTION_WORDS = frozenset(word for words in _FUNCTION_WORDS_BY_LANGUAGE.values() for word in words.split())
 _WORD = re.compile(r"[^\W\d_]+")
+# a link's path and query are not words of the sentence around it ("docs python org library urllib request")
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
 # A line of prose: this many words at least, few symbols (code, tables and markup have many), not a
 # comma-separated list, not a title.
 _PROSE_WORDS = 12
@@ -107,6 +109,7 @@ _SALAD_SHARE = 0.12
 def _prose_words(text: str) -> list[str]:
     words: list[str] = []
     for line in text.splitlines():
+        line = _URL.sub(" ", line) if "://" in line else line
         line_words = [word for word in _WORD.findall(line) if script_of(word[0]) == "LATIN"]
         if len(line_words) < _PROSE_WORDS:
             continue
