@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any, AnyStr, cast
 
+from dispatchlab.core import compiledre
+
 _METHODS = ("search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split")
 
 
@@ -18,7 +20,7 @@ class _LazyPattern:
         self._flags = flags
 
     def _compiled(self) -> re.Pattern[Any]:
-        compiled = re.compile(self.pattern, self._flags)
+        compiled = compiledre.compile(self.pattern, self._flags)
         for name in _METHODS:
             setattr(self, name, getattr(compiled, name))  # instance attributes shadow the methods below
         self.flags, self.groups, self.groupindex = compiled.flags, compiled.groups, compiled.groupindex

@@ -59,6 +59,9 @@ def _segment_bounds(path: Path, size: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
+_SEGMENT_SLACK = 256 * 1024
+
+
 def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
     """Normalised, newline-terminated chunks of bytes [start, end) of an open file."""
     handle.seek(start)
@@ -66,7 +69,11 @@ def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
     carry = b""
     overlong = False
     while remaining > 0:
-        block = handle.read(min(WORKER_CHUNK_BYTES, remaining))
+        # a segment a little over a chunk (cut at the newline after its nominal end) is read whole: it ends a
+        # line, so it is not copied to cut it, and no sliver of a few lines is scanned as a chunk of its own
+        block = handle.read(
+            remaining if remaining <= WORKER_CHUNK_BYTES + _SEGMENT_SLACK else WORKER_CHUNK_BYTES
+        )
         if not block:
             break
         remaining -= len(block)
@@ -89,7 +96,11 @@ def _chunks_between(handle: BinaryIO, start: int, end: int) -> Iterator[bytes]:
             else block[:cut]
         )
         carry = block[cut:]
+        block = b""
         yield normalise_chunk(chunk if chunk.endswith(b"\n") else chunk + b"\n")
+        # nothing of this chunk is held while the next is read: its buffer is reused, where a second one was
+        # fresh pages to fault in (two thirds of the read)
+        chunk = b""
     if carry:
         yield normalise_chunk(carry + b"\n")
 
@@ -132,6 +143,7 @@ def scan_segment(scanner: Scanner, path: Path, segment: Segment, stride: int) ->
             next_sample = scan.next_sample
             if text is not None:
                 text.write(chunk)
+            del chunk  # freed before the next is read (_chunks_between)
             yield scan
 
 

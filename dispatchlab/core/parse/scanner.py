@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from dispatchlab.core import compiledre
 from dispatchlab.core.cache import cache_path, read_cached, write_cached
 from dispatchlab.core.lazyre import lazy_compile
 
@@ -92,7 +93,7 @@ class Scanner:
         """The Python regex of one pattern, compiled on first use (most never hit a given log)."""
         compiled = self._compiled[index]
         if compiled is None:
-            compiled = self._compiled[index] = re.compile(self.patterns[index])
+            compiled = self._compiled[index] = compiledre.compile(self.patterns[index])
         return compiled
 
     def _database(self, indices: list[int]) -> Any:
