@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from array import array
 
+from dispatchlab.core.bytecount import counter
 from dispatchlab.core.lazyre import lazy_compile
 from dispatchlab.core.lineindex import chunk_checkpoints
 from dispatchlab.core.parse.scanner import Scanner
@@ -228,7 +229,7 @@ def _samples(chunk: bytes, stride: int, next_sample: int) -> tuple[list[int], in
         end = find(b"\n", hit)  # one sample per line, however many statistics a long line holds
         position = max(hit + 1, start + stride, size if end < 0 else end + 1)
     # one counting pass: the server's own statistics line (SGLang decode, else vLLM), not both
-    count = chunk.count
+    count = counter(chunk)
     metric_lines = count(COUNTED_NEEDLES[0]) or count(COUNTED_NEEDLES[1])
     return out, (position - size if out else 0), metric_lines
 
@@ -261,7 +262,7 @@ class _Columns:
         starts, line_rules = scanner.lines(
             chunk[start:end] if start or end < len(chunk) else chunk, with_sampled
         )
-        count, find, size = chunk.count, chunk.find, len(chunk)
+        count, find, size = counter(chunk), chunk.find, len(chunk)
         index, cursor = line_base, start
         # the columns as locals: this loop runs once per hit (120,000 times in a traceback flood's 100 MB)
         lines, contents, ends, rule_column, raws = self.lines, self.contents, self.ends, self.rules, self.raws
@@ -334,13 +335,14 @@ class _Others:
         self.samples: list[tuple[int, bytes]] = []  # (line index, line)
         self.marks: list[tuple[int, int]] = []  # (line index, offset)
         self.lines = 0
+        self._count = counter(chunk)
 
     def place(self, chunk: bytes, index: int, cursor: int, before: int) -> tuple[int, int]:
         """Places those at offsets up to `before`, counting on from line `index` at `cursor`."""
         pending = self.pending
         while pending and pending[-1][0] <= before:
             offset, kind = pending.pop()
-            index += chunk.count(b"\n", cursor, offset)
+            index += self._count(b"\n", cursor, offset)
             cursor = offset
             if kind == 2:
                 self.marks.append((index, offset))
@@ -435,7 +437,7 @@ def scan_chunk(
     else:
         repeats, repeated = found
         others.place(chunk, 0, 0, len(chunk) + 1)
-        others.lines = chunk.count(b"\n")
+        others.lines = counter(chunk)(b"\n")
     return ChunkScan(
         len(chunk),
         others.lines,
