@@ -124,9 +124,14 @@ def arch_from_statement(msg: str) -> str | None:
     return None
 
 
-def weak_arch_hint(msg: str) -> str | None:
+def might_hint_arch(msg: str) -> bool:
+    """Whether weak_arch_hint may find anything in `msg` (or in any piece of it)."""
     # the marks tested one by one: a generator over them cost a traceback's every frame a microsecond
-    if not ("sm" in msg or "SM" in msg or "Sm" in msg or "sM" in msg or "/1" in msg):
+    return "sm" in msg or "SM" in msg or "Sm" in msg or "sM" in msg or "/1" in msg
+
+
+def weak_arch_hint(msg: str) -> str | None:
+    if not might_hint_arch(msg):
         return None
     m = WEAK_ARCH.search(msg)
     if not m:

@@ -13,7 +13,7 @@ import atexit
 import marshal
 import re
 import sys
-from typing import Any, AnyStr
+from typing import Any
 
 try:  # CPython's own engine and compiler; another interpreter compiles the usual way
     import _sre
@@ -29,7 +29,7 @@ _added: dict[_Key, bytes] = {}
 ENABLED = _sre is not None and sys.implementation.name == "cpython"  # tests turn it off to compare
 
 
-def compile(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
+def compile(pattern: str | bytes, flags: int = 0) -> re.Pattern[Any]:
     if not ENABLED or flags & re.DEBUG:
         return re.compile(pattern, flags)
     flags = int(flags)
@@ -70,7 +70,7 @@ def _compile_entry(pattern: str | bytes, flags: int) -> tuple[Any, ...]:
     )
 
 
-def _from_entry(pattern: AnyStr, entry: tuple[Any, ...]) -> re.Pattern[AnyStr]:
+def _from_entry(pattern: str | bytes, entry: tuple[Any, ...]) -> re.Pattern[Any]:
     final_flags, code, groups, groupindex, indexgroup = entry
     return _sre.compile(pattern, final_flags, code, groups, groupindex, indexgroup)  # type: ignore[no-any-return]
 

@@ -77,3 +77,52 @@ def test_frames_of_every_kind_read_the_short_way_give_the_document(tmp_path, mon
     assert short["gpu"]["arch"] == "sm_90"  # the first frame's path (sm_90a)
     assert "TrtllmGemmFp4Runner" in short["kernels"]
     assert short["versions"]["sglang"] == "0.5.2"
+
+
+def _flood(tracebacks: int) -> str:
+    """Distinct tracebacks from a scheduler (not even digits aside: no crash loop), each with frames under
+    sglang/ and code lines between."""
+    out = []
+    for n in range(tracebacks):
+        name = chr(97 + n % 26) + chr(97 + n // 26 % 26)
+        out.append(
+            f"[2026-03-02 10:00:{n % 60:02d} TP{n % 4}] Scheduler hit an exception: Traceback (most recent call last):"
+        )
+        for depth in range(3 + n % 9):
+            out.append(
+                f'  File "/sgl-workspace/sglang/python/sglang/srt/managers/m{depth}.py", line {n + depth}, in step_{name}_{depth}'
+            )
+            out.append(f"    self.step_{depth + 1}(batch, mode={n % 3})")
+        out.append(f"{('ValueError', 'KeyError', 'AssertionError')[n % 3]}: unexpected state {n}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["frames as a whole", "frame by frame"])
+def test_a_flood_of_tracebacks_read_the_quick_way_gives_the_document(tmp_path, monkeypatch, quick):
+    """The quick reads (QuickFrames) give the document that reading each frame line the long way gives; the
+    flood's frames mostly take the quick way, whole tracebacks at a time."""
+    from dispatchlab.core.parse import framelines
+
+    target = tmp_path / "flood.log"
+    target.write_text(_flood(300) + EDGES + _flood(50))
+    runs, lines = [], []
+    real_run, real_line = framelines.QuickFrames.read_run, framelines.QuickFrames.read
+    monkeypatch.setattr(
+        framelines.QuickFrames, "read_run", lambda *args: runs.append(r := real_run(*args)) or r
+    )
+    monkeypatch.setattr(
+        framelines.QuickFrames, "read", lambda *args: lines.append(r := real_line(*args)) or r
+    )
+    if not quick:
+        monkeypatch.setattr(framelines.QuickFrames, "read_run", lambda *args: False)
+    fast = analyze_paths([target])
+    with monkeypatch.context() as patched:
+        patched.setattr(framelines, "QUICK", False)
+        slow = analyze_paths([target])
+    assert fast == slow
+    if quick:
+        assert runs.count(True) > 250  # most tracebacks' frames at once
+    else:
+        assert lines.count(True) > 1500
+    assert fast["tracebacks"][0]["frames"][0]["function"] == "step_aa_0"
+    assert len(fast["tracebacks"][0]["frames"]) == 3

@@ -565,3 +565,24 @@ def test_a_tqdm_bar_or_a_logging_prefix_alone_is_not_taken_for_a_vllm_line():
         "2025-08-13 04:39:39,318 - __main__ - INFO - starting the benchmark",
     ):
         assert split_line(1, raw).style == "plain"
+
+
+def test_a_big_compressed_log_read_ahead_by_a_thread_keeps_the_expansion_limit(tmp_path, monkeypatch):
+    """The parallel parse decompresses in a thread (parallelscan.read_ahead): the limit set around the parse
+    still stops it, and the refusal reaches the caller as it did."""
+    import gzip
+
+    from dispatchlab.core.parse import sources
+    from dispatchlab.core.reading import LogReadError, expansion_limit
+
+    monkeypatch.setattr(sources, "PARALLEL_MIN_COMPRESSED_BYTES", 1024)
+    monkeypatch.setenv("DISPATCHLAB_PARSE_WORKERS", "2")
+    path = tmp_path / "big.log.gz"
+    with gzip.open(path, "wb") as handle:
+        handle.write((LOGS / "sglang_h100_serving.log").read_bytes() * 3000)
+    assert len(parse_paths([path])["sources"]) == 1  # within the default limit
+    with expansion_limit(4 * 1024 * 1024), pytest.raises(LogReadError) as refused:
+        parse_paths([path])
+    assert "more than 4,194,304 bytes" in str(refused.value) and "DISPATCHLAB_MAX_EXPANDED_BYTES" in str(
+        refused.value
+    )

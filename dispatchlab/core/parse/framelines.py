@@ -10,15 +10,21 @@ to the three extractors that read those rules, each doing what its `handle` does
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from dispatchlab.core.arch import might_hint_arch
+from dispatchlab.core.parse.chunkscan import ChunkScan
 from dispatchlab.core.parse.extract.environment import Environment
-from dispatchlab.core.parse.extract.failures import Failures
+from dispatchlab.core.parse.extract.failures import Failures, _OpenTraceback, is_errorish, request_logged
 from dispatchlab.core.parse.extract.servers import ServerMentions, marker_rules
 from dispatchlab.core.parse.lineformat import Line
+from dispatchlab.core.parse.model import Frame
+from dispatchlab.core.parse.observations import Observations
+from dispatchlab.core.parse.vocabulary import MAX_FRAMES
 from dispatchlab.core.records import record
 
 SHORTCUT = True  # tests turn it off to compare
+QUICK = True  # tests turn QuickFrames off to compare
 
 
 @record(frozen=True)
@@ -72,3 +78,109 @@ def read_frame_line(
     if frame is not None:
         environment.weak_hint(line)  # all Environment.handle does with a frame
         failures.frame_line(line, frame)
+
+
+_INDENTS = (b" ", b"\t")
+_INDENT_BYTES = (32, 9)
+
+
+class QuickFrames:
+    """The common frame lines read with no Line made: indented, no gutter or escape (split_line's first case),
+    inside an open traceback, mentioning no server it may still record, naming no error or arch. Any other
+    line is left to `read_frame_line`, nothing changed. A traceback's frames are first tried as a whole
+    (`read_run`: every test once over their joined text, where a mark across two lines only sends them the
+    long way), then one by one (`read`). tests/core/test_frame_lines.py compares both with the long way."""
+
+    def __init__(
+        self,
+        regex: Callable[[int], re.Pattern[str]],
+        servers: ServerMentions,
+        failures: Failures,
+        obs: Observations,
+    ) -> None:
+        self.regex, self.servers, self.failures, self.obs = regex, servers, failures, obs
+
+    def read_whole(
+        self,
+        scan: ChunkScan,
+        number: int,
+        stop: int,
+        plans: list[FramePlan | None],
+        repeated: range,
+        rank: str | None,
+    ) -> int:
+        """Reads the frame lines from hit `number` on (before `stop`; none sent with lines around it or
+        repeated) at once: the hit after them, or 0 where they must be read one by one."""
+        rules, context = scan.hit_rules, scan.context
+        end = number
+        while end < stop and plans[rules[end]] is not None and end not in context and end not in repeated:
+            end += 1
+        if end - number < 2:
+            return 0
+        run_plans: list[FramePlan] = [plans[rules[i]] for i in range(number, end)]  # type: ignore[misc]
+        return end if self.read_run(scan.hit_text, scan.hit_ends, number, end, run_plans, rank) else 0
+
+    def read_run(
+        self,
+        text: bytes,
+        ends: Sequence[int],
+        first: int,
+        stop: int,
+        plans: list[FramePlan],
+        rank: str | None,
+    ) -> bool:
+        """Reads hits first..stop-1 (their lines in `text` up to `ends`, their plans) of process `rank`, all
+        or none: False where any must be read the long way."""
+        begin = ends[first - 1] if first else 0
+        joined = text[begin : ends[stop - 1]]
+        if b"|" in joined or b"+" in joined or b"\x1b" in joined or b"Line " in joined:
+            return False
+        for number in range(first, stop):
+            start = ends[number - 1] if number else 0
+            if start == ends[number] or text[start] not in _INDENT_BYTES:
+                return False
+        msg = joined.decode("utf-8", "replace")
+        current = self._open_traceback(msg, plans, rank)
+        if current is None:
+            return False
+        frames = current.tb.frames
+        search = self.regex(plans[0].frame).search  # tb_frame, every plan's
+        for number in range(first, stop):
+            if len(frames) >= MAX_FRAMES:
+                break
+            frame = search(text[ends[number - 1] if number else 0 : ends[number]].decode("utf-8", "replace"))
+            if frame is not None:
+                file, line, function = frame.group("file", "line", "func")
+                frames.append(Frame(file, int(line), function))
+        return True
+
+    def read(self, raw: bytes, plan: FramePlan, rank: str | None) -> bool:
+        """Reads the frame line `raw` of process `rank` as read_frame_line would; False where it must."""
+        if raw[:1] not in _INDENTS or b"|" in raw or b"+" in raw or b"\x1b" in raw or b"Line " in raw:
+            return False
+        msg = raw.decode("utf-8", "replace")
+        current = self._open_traceback(msg, [plan], rank)
+        if current is None:
+            return False
+        frame = self.regex(plan.frame).search(msg)
+        if frame is not None and len(current.tb.frames) < MAX_FRAMES:
+            file, number, function = frame.group("file", "line", "func")
+            current.tb.frames.append(Frame(file, int(number), function))
+        return True
+
+    def _open_traceback(self, msg: str, plans: list[FramePlan], rank: str | None) -> _OpenTraceback | None:
+        """The traceback the frames in `msg` add to, where reading them does nothing else: no mention to
+        record (ServerMentions), no arch hint to weigh (Environment.weak_hint), no request or kernel to note
+        (Failures); else None."""
+        servers = self.servers
+        for server, weight in {(plan.server, plan.weight) for plan in plans if plan.mention is not None}:
+            if servers.may_record(server, weight, msg):
+                return None
+        current = self.failures.open.get(rank)
+        if current is None or current.finished or is_errorish(msg):
+            return None
+        if self.obs.arch_strength < 1 and might_hint_arch(msg):
+            return None
+        if not current.request and request_logged(msg):
+            return None
+        return current

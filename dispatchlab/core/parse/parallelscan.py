@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import itertools
 import os
 import pickle
@@ -15,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from dispatchlab.core.parse import chunkscan
 from dispatchlab.core.parse.chunkscan import WORKER_CHUNK_BYTES, ChunkScan, reads_sampled, scan_chunk
@@ -312,6 +313,53 @@ def scan_file_serially(
 
 # ---------------------------------------------------------------- pieces of a stream (a .gz), in parallel
 _PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
+_DECOMPRESSED_AHEAD = 2  # pieces decompressed ahead of the one handed to a worker
+
+_T = TypeVar("_T")
+
+
+def read_ahead(items: Iterator[_T], depth: int = _DECOMPRESSED_AHEAD) -> Iterator[_T]:
+    """`items`, made by a thread up to `depth` ahead: a stream's decompression (zlib lets go of the GIL while
+    it inflates) goes on while the parse reads the workers' results, where it took turns with them. An error
+    in making an item is raised here in its place; the thread runs in this context (the expansion budget)."""
+    ready: queue.Queue[tuple[bool, object]] = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def hand_over(outcome: tuple[bool, object]) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(outcome, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def make() -> None:
+        try:
+            for item in items:
+                if not hand_over((True, item)):
+                    return
+            hand_over((True, end))
+        except BaseException as error:  # raised again in the reader's thread
+            hand_over((False, error))
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(make,), daemon=True)
+    thread.start()
+    try:
+        while True:
+            made, item = ready.get()
+            if not made:
+                raise item  # type: ignore[misc]
+            if item is end:
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        thread.join()
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()  # the stream's file, now that no thread reads it
 
 
 def _piece_worker(scanner: Scanner, checkpoints: bool, pieces: BinaryIO, out: BinaryIO) -> None:

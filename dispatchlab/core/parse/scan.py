@@ -11,7 +11,7 @@ import re
 from array import array
 from typing import TYPE_CHECKING
 
-from dispatchlab.core.parse import heldstarts
+from dispatchlab.core.parse import framelines, heldstarts
 from dispatchlab.core.parse.chunkscan import ChunkScan, Hit
 from dispatchlab.core.parse.extract import Hits
 from dispatchlab.core.parse.extract.arguments import COMMAND_START
@@ -19,7 +19,7 @@ from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import Failures
 from dispatchlab.core.parse.extract.metrics import Metrics
 from dispatchlab.core.parse.extract.servers import ServerMentions
-from dispatchlab.core.parse.framelines import FramePlan, plans_for, read_frame_line
+from dispatchlab.core.parse.framelines import FramePlan, QuickFrames, plans_for, read_frame_line
 from dispatchlab.core.parse.heldstarts import StartEffect, file_facts, lone_hit, shape_of
 from dispatchlab.core.parse.interpret.phases import seconds_between
 from dispatchlab.core.parse.interpret.runs import close_run, last_progress, run_ended
@@ -118,6 +118,7 @@ class Scan:
         assert isinstance(servers, ServerMentions) and isinstance(environment, Environment)
         self.failures = failures  # it closes the tracebacks still open at the end
         self.servers, self.environment = servers, environment  # they and failures read frame lines
+        self.quick_frames = QuickFrames(self.rules.scanner.regex, servers, failures, self.obs)
         self.extractors = [(e, WANTS[type(e)]) for e in made.values()]
 
     def feed(self, scan: ChunkScan) -> None:
@@ -219,6 +220,14 @@ class Scan:
             self.failures,
         )
         run_keys = self.run_keys
+        quick = self.quick_frames if framelines.QUICK else None
+        if quick is not None and (
+            done := quick.read_whole(scan, number, stop, plans, repeated, self.last_process)
+        ):
+            self.current_key = hit_keys[done - 1]
+            if run_keys is not None:
+                run_keys.extend(hit_keys[number:done])
+            return done
         while number < stop:
             plan = plans[hit_rules[number]]
             if plan is None or number in context or number in repeated:
@@ -227,6 +236,9 @@ class Scan:
             if run_keys is not None:
                 run_keys.append(key)
             raw = text[ends[number - 1] if number else 0 : ends[number]]
+            if quick is not None and quick.read(raw, plan, self.last_process):
+                number += 1
+                continue
             line = split_line(base + hit_lines[number] + 1, decode_line(raw), self.obs.year)
             if line.prefixed or line.time or line.style != "plain":
                 self._read_line(line, scan.rule_sets[hit_rules[number]], b"")

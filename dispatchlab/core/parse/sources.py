@@ -45,12 +45,12 @@ def _chunks_here(run: Scan, source: Source) -> Iterator[ChunkScan]:
 
 def _stream_in_parallel(run: Scan, source: Source, workers: int) -> Iterator[ChunkScan]:
     """A compressed log: decompressed here, its pieces scanned by forked workers."""
-    from dispatchlab.core.parse.parallelscan import scan_pieces_in_parallel
+    from dispatchlab.core.parse.parallelscan import read_ahead, scan_pieces_in_parallel
 
-    # read in pieces the workers' size: a few of them in memory at once
+    # read in pieces the workers' size: a few of them in memory at once, decompressed by a thread
     pieces = (
         (memoryview(piece), with_sampled)
-        for piece, with_sampled in _with_sampled(iter_chunks(source, WORKER_CHUNK_BYTES), source)
+        for piece, with_sampled in read_ahead(_with_sampled(iter_chunks(source, WORKER_CHUNK_BYTES), source))
     )
     scans = scan_pieces_in_parallel(
         run.rules.scanner, pieces, lambda: run.stride, workers, checkpoints=bool(run.index)

@@ -86,7 +86,7 @@ _REQUEST_LOGGER = lazy_compile(
 )
 
 
-def _request_logged(raw: str) -> bool:
+def request_logged(raw: str) -> bool:
     """The line is the request layer's own log line (its `file.py:N]` prefix): a request failed."""
     return ".py:" in raw and _REQUEST_LOGGER.search(raw) is not None
 
@@ -388,7 +388,7 @@ class Failures:
             self.open.pop(key)
         elif current is not None:
             self._close(key)
-        request = _request_logged(line.raw)
+        request = request_logged(line.raw)
         self.open[key] = _OpenTraceback(tb, chain, ignored=self.ignore_next.pop(key, False), request=request)
 
     def _frame(self, line: Line, key: str | None, g: re.Match[str]) -> None:
@@ -399,7 +399,7 @@ class Failures:
             current = self.open[key] = _OpenTraceback(
                 Traceback(line=line.number, rank=line.rank or key, exception="", message="")
             )
-        current.request = current.request or _request_logged(line.raw)
+        current.request = current.request or request_logged(line.raw)
         if len(current.tb.frames) < MAX_FRAMES:
             file, number, function = g.group("file", "line", "func")
             current.tb.frames.append(Frame(file, int(number), function))
@@ -410,10 +410,10 @@ class Failures:
         if current is None:
             tb = Traceback(line=line.number, rank=line.rank or key, exception=exc, message=text[:MAX_MESSAGE])
             tb.end_line = line.number
-            request = _request_logged(line.raw) or bool(_REQUEST_TEXT.search(text))
+            request = request_logged(line.raw) or bool(_REQUEST_TEXT.search(text))
             self.open[key] = _OpenTraceback(tb, finished=True, request=request)
         elif not current.finished:
-            current.request = current.request or _request_logged(line.raw)
+            current.request = current.request or request_logged(line.raw)
             current.tb.exception = exc
             current.tb.message = text[:MAX_MESSAGE]
             current.tb.end_line = line.number
@@ -485,7 +485,7 @@ class Failures:
                 return None
         if kind == "signal" and not _FATAL_SIGNAL.search(line.msg):
             return None
-        if "request_error" in hits or (kind in ("error", "exception") and _request_logged(line.raw)):
+        if "request_error" in hits or (kind in ("error", "exception") and request_logged(line.raw)):
             return "request_error"
         return kind
 
