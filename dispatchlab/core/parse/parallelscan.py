@@ -356,6 +356,8 @@ def read_ahead(items: Iterator[_T], depth: int = _DECOMPRESSED_AHEAD) -> Iterato
             yield item  # type: ignore[misc]
     finally:
         stop.set()
+        with contextlib.suppress(queue.Empty):
+            ready.get_nowait()  # room for a thread waiting to hand one over: it sees `stop` at once
         thread.join()
         close = getattr(items, "close", None)
         if close is not None:
@@ -402,15 +404,18 @@ def _fork_piece_worker(scanner: Scanner, checkpoints: bool) -> tuple[int, Binary
 _Piece = tuple[int, bool, memoryview]  # (stride, with the sampled rules, text)
 
 
-def _feed_pieces(into: BinaryIO, pieces: queue.Queue[_Piece], stop: threading.Event) -> None:
+def _feed_pieces(into: BinaryIO, pieces: queue.Queue[_Piece | None], stop: threading.Event) -> None:
     """Writes the pieces handed to one worker into its pipe, each after its size, the stride to sample it
     at and whether to read it with the sampled rules (a thread: the parse reads results meanwhile)."""
     with contextlib.suppress(OSError):
         while not stop.is_set():
             try:
-                stride, with_sampled, piece = pieces.get(timeout=0.1)
+                handed = pieces.get(timeout=0.1)
             except queue.Empty:
                 continue
+            if handed is None:
+                return  # the parse is over
+            stride, with_sampled, piece = handed
             into.write(
                 len(piece).to_bytes(8, "little") + stride.to_bytes(8, "little") + bytes([with_sampled])
             )
@@ -432,7 +437,7 @@ def scan_pieces_in_parallel(
     (a compressed log's size says little of its lines: the parse widens the stride as points pile up)."""
     children = [_fork_piece_worker(scanner, checkpoints) for _ in range(workers)]
     stop = threading.Event()
-    outgoing: list[queue.Queue[_Piece]] = [queue.Queue(1) for _ in children]
+    outgoing: list[queue.Queue[_Piece | None]] = [queue.Queue(1) for _ in children]
     results: list[queue.Queue[bytes | None]] = [queue.Queue(_PIECES_AHEAD + 1) for _ in children]
     threads = [
         threading.Thread(target=_feed_pieces, args=(child[1], send, stop), daemon=True)
@@ -463,6 +468,11 @@ def scan_pieces_in_parallel(
             yield finished()
     finally:
         stop.set()
+        for send in outgoing:
+            # a feeding thread waiting for a piece stops now, not at its next look at `stop` (a tenth of a
+            # second at the end of every compressed parse); one with a piece in hand fails on the closed pipe
+            with contextlib.suppress(queue.Full):
+                send.put_nowait(None)
         for pid, _writer, _reader in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
