@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import zipfile
 from pathlib import Path
 
@@ -253,3 +254,46 @@ def test_logs_that_together_expand_past_the_report_limit_are_refused_naming_it(t
         refused.value
     )
     assert read <= 8 * 1024 * 1024  # stopped at the cap, not after expanding all twenty
+
+
+def _corrupted_gz(seed: int) -> bytes:
+    """A .gz whose deflate stream has a few bytes changed in its middle: the reader's own error, not a
+    truncation (zlib.error from the standard library, IsalError from ISA-L)."""
+    import random
+
+    rng = random.Random(seed)
+    data = bytearray(gzip.compress(CANONICAL.read_bytes() * 20))
+    for _ in range(6):
+        data[rng.randrange(len(data) // 3, 2 * len(data) // 3)] = rng.randrange(256)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("isal", [True, False], ids=["ISA-L", "standard gzip"])
+def test_gzip_reads_the_same_with_either_reader_and_a_damaged_one_fails_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isal: bool
+):
+    from dispatchlab.core import reading
+
+    if isal and reading.gzip_module().__name__ != "isal.igzip":
+        if os.environ.get("DISPATCHLAB_CI"):
+            pytest.fail("isal is not installed: CI must read .gz files with it")
+        pytest.skip("isal is not installed here")
+    if isal:
+        monkeypatch.delenv("DISPATCHLAB_NO_ISAL", raising=False)
+    else:
+        monkeypatch.setenv("DISPATCHLAB_NO_ISAL", "1")  # the CLI below inherits it
+        assert reading.gzip_module().__name__ == "gzip"
+    two_members = tmp_path / "server.log.gz"
+    text = CANONICAL.read_bytes()
+    two_members.write_bytes(gzip.compress(text[: len(text) // 2]) + gzip.compress(text[len(text) // 2 :]))
+    assert parse_paths([two_members]) | {"sources": None} == parse_paths([CANONICAL]) | {"sources": None}
+    failures = set()
+    for seed in range(6):
+        damaged = tmp_path / f"damaged{seed}.log.gz"
+        damaged.write_bytes(_corrupted_gz(seed))
+        result = run_cli("parse", str(damaged))
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert damaged.name in line
+        failures.add(line)
+    assert len(failures) == 6
