@@ -323,7 +323,7 @@ def scan_file_serially(
 
 # ---------------------------------------------------------------- pieces of a stream (a .gz), in parallel
 _PIECES_AHEAD = 2  # per worker: pieces handed over and not yet read back
-_DECOMPRESSED_AHEAD = 2  # pieces decompressed ahead of the one handed to a worker
+_DECOMPRESSED_AHEAD = 1  # pieces decompressed ahead of the one handed to a worker
 
 _T = TypeVar("_T")
 
