@@ -22,6 +22,9 @@ except ImportError:  # pragma: no cover - not CPython
     _sre = None
 
 _MAX_ENTRIES = 4096  # patterns made from user input (signature files) must not grow the file for ever
+# the file: the first _DIGEST hex characters of the SHA-256 of the rest, then the marshalled entries
+_FORMAT = 2
+_DIGEST = 32
 _Key = tuple[str | bytes, int]
 
 _stored: dict[_Key, bytes] | None = None  # (pattern, flags) -> marshalled compiler output
@@ -46,9 +49,10 @@ def compile(pattern: str | bytes, flags: int = 0) -> re.Pattern[Any]:
         data = marshal.dumps(entry)
     except Exception:
         return re.compile(pattern, flags)
-    if not _added:
-        atexit.register(_save)
-    _added[key] = data
+    if type(pattern) in (str, bytes) and len(_entries()) + len(_added) < _MAX_ENTRIES:
+        if not _added:
+            atexit.register(_save)
+        _added[key] = data
     return compiled
 
 
@@ -78,30 +82,41 @@ def _from_entry(pattern: str | bytes, entry: tuple[Any, ...]) -> re.Pattern[Any]
 def _cache_file() -> Any:
     from dispatchlab.core.cache import cache_path
 
-    return cache_path("re", (sys.version, _sre.MAGIC, sys.maxunicode), ".marshal")
+    return cache_path("re", (_FORMAT, sys.version, _sre.MAGIC, sys.maxunicode), ".marshal")
 
 
 def _entries() -> dict[_Key, bytes]:
+    """The cached entries; none from a file whose digest does not match what it holds (a damaged entry that
+    still loads would make a pattern that matches something else, run after run)."""
     global _stored
     if _stored is None:
         from dispatchlab.core.cache import read_cached
+        from dispatchlab.core.digest import sha256_hex
 
         _stored = {}
         data = read_cached(_cache_file())
-        if data is not None:
+        if (
+            data is not None
+            and data[:_DIGEST].decode("ascii", "replace") == sha256_hex(data[_DIGEST:])[:_DIGEST]
+        ):
             try:
-                loaded = marshal.loads(data)
-                if isinstance(loaded, dict):
-                    _stored = loaded
-            except (EOFError, ValueError, TypeError):
-                pass
+                loaded = marshal.loads(data[_DIGEST:])
+            except Exception:  # a file this module did not write
+                loaded = None
+            if isinstance(loaded, dict):
+                _stored = loaded
     return _stored
 
 
 def _save() -> None:
     from dispatchlab.core.cache import write_cached
+    from dispatchlab.core.digest import sha256_hex
 
     merged = {**_entries(), **_added}
     if len(merged) > _MAX_ENTRIES:
-        merged = dict(_added)
-    write_cached(_cache_file(), marshal.dumps(merged))
+        merged = dict(list(_added.items())[:_MAX_ENTRIES])
+    try:
+        payload = marshal.dumps(merged)
+    except ValueError:
+        return
+    write_cached(_cache_file(), sha256_hex(payload)[:_DIGEST].encode("ascii") + payload)

@@ -176,6 +176,16 @@ def gzip_module() -> Any:
     return gzip
 
 
+def gzip_reader(fileobj: Any) -> BinaryIO:
+    """A gzip reader over an open file object. ISA-L's reads with `readinto`, which some file objects (an
+    upload's, a storage backend's) lack: those are read by the standard library's."""
+    if hasattr(fileobj, "readinto"):
+        return gzip_module().GzipFile(fileobj=fileobj)  # type: ignore[no-any-return]
+    import gzip
+
+    return gzip.GzipFile(fileobj=fileobj)  # type: ignore[return-value]
+
+
 def _isal_errors() -> tuple[type[Exception], ...]:
     try:
         from isal import isal_zlib
@@ -238,7 +248,7 @@ def check_upload_head(stream: BinaryIO, name: str) -> None:
         return  # read under its own limits by open_sources (a zip's directory; a dump, never unpickled)
     if _magic(head) == "gzip":
         try:
-            with gzip_module().GzipFile(fileobj=stream) as unpacked:
+            with gzip_reader(stream) as unpacked:
                 head = unpacked.read(SNIFF_BYTES)
         except _corrupt_data_errors() as error:
             raise LogReadError(f"{name}: not a readable .gz file ({error})") from None
@@ -330,9 +340,7 @@ def _zip_sources(path: Path, display: str) -> list[Source]:
                 raise LogReadError(f"{display}:{info.filename}: corrupt zip member ({error})") from None
             stream: BinaryIO = _guarded(member, f"{display}:{info.filename}", max(1, info.compress_size))  # type: ignore[arg-type]
             if info.filename.endswith(".gz"):
-                stream = _guarded(
-                    gzip_module().GzipFile(fileobj=stream), f"{display}:{info.filename}", info.file_size
-                )
+                stream = _guarded(gzip_reader(stream), f"{display}:{info.filename}", info.file_size)
             return stream
 
         sources.append(Source(f"{display}:{info.filename}", opener, info.compress_size, compressed=True))
@@ -393,7 +401,7 @@ def _stdin_source() -> list[Source]:
     stream: BinaryIO = buffered
     compressed = _magic(head) == "gzip"
     if compressed:
-        stream = _guarded(gzip_module().GzipFile(fileobj=buffered), "<stdin>", None)
+        stream = _guarded(gzip_reader(buffered), "<stdin>", None)
         head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES]  # type: ignore[attr-defined]
     elif _magic(head) == "zip":
         raise LogReadError("<stdin>: zip archives must be given as a file path, not on stdin")

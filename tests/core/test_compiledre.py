@@ -91,7 +91,27 @@ def test_a_second_process_reads_the_cache_and_a_damaged_one_is_compiled_again(tm
 
     assert run() == "1"  # compiled, and written at exit
     (cache,) = tmp_path.glob("re-*.marshal")
-    assert len(marshal.loads(cache.read_bytes())) == 1
+    written = cache.read_bytes()
+    assert len(marshal.loads(written[compiledre._DIGEST :])) == 1
     assert run() == "0"  # made from the file
     cache.write_bytes(b"\x00 not marshal")
     assert run() == "1"  # the damaged file only costs the compile
+    # a flipped byte that still loads (a literal of the pattern's code) is noticed, not made into a pattern
+    # that matches something else run after run
+    flipped = bytearray(cache.read_bytes())
+    flipped[len(flipped) - 40] ^= 0x01
+    cache.write_bytes(bytes(flipped))
+    assert run() == "1"
+
+
+def test_the_cache_holds_a_bounded_number_of_patterns(
+    fresh_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compiledre, "_MAX_ENTRIES", 50)
+    patterns = [f"user signature {n}: (?P<x>\\d+)" for n in range(80)]
+    for pattern in patterns:
+        assert compiledre.compile(pattern).search(pattern.split(":")[0] + ": 7") is not None
+    assert len(compiledre._added) == 50
+    compiledre._save()
+    compiledre._stored, compiledre._added = None, {}
+    assert len(compiledre._entries()) == 50

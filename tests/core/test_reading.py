@@ -297,3 +297,20 @@ def test_gzip_reads_the_same_with_either_reader_and_a_damaged_one_fails_with_one
         assert damaged.name in line
         failures.add(line)
     assert len(failures) == 6
+
+
+def test_an_uploaded_gz_from_a_file_object_without_readinto_is_still_checked(monkeypatch: pytest.MonkeyPatch):
+    """ISA-L's reader needs `readinto`; an upload handed over as a bare read/seek/tell object is read by the
+    standard library's, and a log passes as a log, a binary .gz fails as binary."""
+    import io
+
+    from dispatchlab.core.reading import check_upload_head
+
+    class ReadOnly:
+        def __init__(self, data: bytes) -> None:
+            self._inner = io.BytesIO(data)
+            self.read, self.seek, self.tell = self._inner.read, self._inner.seek, self._inner.tell
+
+    check_upload_head(ReadOnly(gzip.compress(CANONICAL.read_bytes())), "server.log.gz")  # type: ignore[arg-type]
+    with pytest.raises(LogReadError, match="binary"):
+        check_upload_head(ReadOnly(gzip.compress(bytes(range(256)) * 64)), "image.log.gz")  # type: ignore[arg-type]
