@@ -124,9 +124,12 @@ def arch_from_statement(msg: str) -> str | None:
     return None
 
 
+ARCH_MARKS = ("sm", "SM", "Sm", "sM", "/1")  # what every weak hint holds
+
+
 def might_hint_arch(msg: str) -> bool:
     """Whether weak_arch_hint may find anything in `msg` (or in any piece of it)."""
-    # the marks tested one by one: a generator over them cost a traceback's every frame a microsecond
+    # ARCH_MARKS tested one by one: a generator over them cost a traceback's every frame a microsecond
     return "sm" in msg or "SM" in msg or "Sm" in msg or "sM" in msg or "/1" in msg
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dispatchlab.core import analyze_paths
 from dispatchlab.core.parse import scan
@@ -126,3 +128,69 @@ def test_a_flood_of_tracebacks_read_the_quick_way_gives_the_document(tmp_path, m
         assert lines.count(True) > 1500
     assert fast["tracebacks"][0]["frames"][0]["function"] == "step_aa_0"
     assert len(fast["tracebacks"][0]["frames"]) == 3
+
+
+WORDS = st.sampled_from(
+    [
+        "Error",
+        "error",
+        "ERROR",
+        "Exception",
+        "fail",
+        "Failed",
+        "Unsupported",
+        "not supported",
+        "Assert",
+        "Fatal",
+        "No kernel",
+        "no kernel",
+        "requires",
+        "sm_90",
+        "SM100",
+        "sm90a",
+        "/100/",
+        "version",
+        "VERSION",
+        "==0.5.2",
+        " v1.2",
+        " V2",
+        ".py:12]",
+        "|",
+        "+",
+        "\x1b[31m",
+        "Line 3: ",
+        "File",
+        '"/opt/app.py"',
+        "line",
+        "42,",
+        "in",
+        "run_step",
+        " ",
+        "  ",
+        "é",
+        "\ufffd",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(WORDS, max_size=14).map("".join))
+def test_the_marks_read_whole_runs_test_for_are_in_every_text_their_readers_act_on(text):
+    """read_run sends frames the long way on MARK_KINDS' pieces: every text that is errorish, hints at an
+    arch, may name a version or is a request's log line holds one of them (else frames would skip a reader)."""
+    from dispatchlab.core.arch import weak_arch_hint
+    from dispatchlab.core.parse.extract.failures import is_errorish, request_logged
+    from dispatchlab.core.parse.extract.servers import _may_name_version
+    from dispatchlab.core.parse.framelines import MARK_KINDS, _marks
+
+    def holds(kind: str) -> bool:
+        return any(piece in text for piece in MARK_KINDS[kind])
+
+    assert not is_errorish(text) or holds("always")
+    assert weak_arch_hint(text) is None or holds("arch")
+    assert not _may_name_version(text) or holds("version")
+    assert not request_logged(text) or holds("request")
+    data = text.encode()
+    assert _marks().of(data) == {
+        kind for kind in MARK_KINDS if any(p.encode() in data for p in MARK_KINDS[kind])
+    }

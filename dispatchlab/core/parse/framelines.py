@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
-from dispatchlab.core.arch import might_hint_arch
+from dispatchlab.core.arch import ARCH_MARKS, might_hint_arch
 from dispatchlab.core.parse.chunkscan import ChunkScan
 from dispatchlab.core.parse.extract.environment import Environment
-from dispatchlab.core.parse.extract.failures import Failures, _OpenTraceback, is_errorish, request_logged
-from dispatchlab.core.parse.extract.servers import ServerMentions, marker_rules
+from dispatchlab.core.parse.extract.failures import (
+    ERRORISH_PIECES,
+    Failures,
+    _OpenTraceback,
+    is_errorish,
+    request_logged,
+)
+from dispatchlab.core.parse.extract.servers import VERSION_PIECES, ServerMentions, marker_rules
 from dispatchlab.core.parse.lineformat import Line
 from dispatchlab.core.parse.model import Frame
 from dispatchlab.core.parse.observations import Observations
+from dispatchlab.core.parse.scanner import Scanner, hyperscan_enabled
 from dispatchlab.core.parse.vocabulary import MAX_FRAMES
 from dispatchlab.core.records import record
 
@@ -84,6 +92,41 @@ _INDENTS = (b" ", b"\t")
 _INDENT_BYTES = (32, 9)
 
 
+# What sends frame lines the long way, by what reading them would do besides adding frames. A piece of each:
+# ERRORISH_PIECES, ARCH_MARKS and VERSION_PIECES are what is_errorish, weak_arch_hint and the version test of
+# ServerMentions look for first (tests/core/test_frame_lines.py checks that they still are).
+MARK_KINDS: dict[str, tuple[str, ...]] = {
+    # a gutter, an escape, a `Line N:` label (split_line reads those lines), an error word (Failures._kernels)
+    "always": ("|", "+", "\x1b", "Line ", *ERRORISH_PIECES),
+    "arch": ARCH_MARKS,  # Environment.weak_hint, while no arch is known better
+    "version": VERSION_PIECES,  # ServerMentions may record a version
+    "request": (".py:",),  # request_logged
+}
+
+
+class _Marks:
+    """The kinds of mark in a text: one Hyperscan scan for every piece where installed (a test of each piece
+    was a third of a traceback's frames read whole), else a test of each."""
+
+    def __init__(self) -> None:
+        pieces = [(kind, piece) for kind, kind_pieces in MARK_KINDS.items() for piece in kind_pieces]
+        self.kinds = [kind for kind, _piece in pieces]
+        self.pieces = [(kind, piece.encode()) for kind, piece in pieces]
+        self.scanner = Scanner([re.escape(piece) for _kind, piece in pieces]) if hyperscan_enabled() else None
+
+    def of(self, text: bytes) -> set[str]:
+        scanner = self.scanner
+        if scanner is not None and scanner.accelerated and not scanner.python_only:
+            kinds = self.kinds
+            return {kinds[i] for ids in scanner.candidates(text).values() for i in (ids or range(len(kinds)))}
+        return {kind for kind, piece in self.pieces if piece in text}
+
+
+@lru_cache(maxsize=1)
+def _marks() -> _Marks:
+    return _Marks()  # built on the first run of frames: a log without tracebacks never loads its database
+
+
 class QuickFrames:
     """The common frame lines read with no Line made: indented, no gutter or escape (split_line's first case),
     inside an open traceback, mentioning no server it may still record, naming no error or arch. Any other
@@ -132,15 +175,14 @@ class QuickFrames:
         """Reads hits first..stop-1 (their lines in `text` up to `ends`, their plans) of process `rank`, all
         or none: False where any must be read the long way."""
         begin = ends[first - 1] if first else 0
-        joined = text[begin : ends[stop - 1]]
-        if b"|" in joined or b"+" in joined or b"\x1b" in joined or b"Line " in joined:
+        kinds = _marks().of(text[begin : ends[stop - 1]])
+        if "always" in kinds:
             return False
         for number in range(first, stop):
             start = ends[number - 1] if number else 0
             if start == ends[number] or text[start] not in _INDENT_BYTES:
                 return False
-        msg = joined.decode("utf-8", "replace")
-        current = self._open_traceback(msg, plans, rank)
+        current = self._run_traceback(kinds, plans, rank)
         if current is None:
             return False
         frames = current.tb.frames
@@ -167,6 +209,23 @@ class QuickFrames:
             file, number, function = frame.group("file", "line", "func")
             current.tb.frames.append(Frame(file, int(number), function))
         return True
+
+    def _run_traceback(
+        self, kinds: set[str], plans: list[FramePlan], rank: str | None
+    ) -> _OpenTraceback | None:
+        """`_open_traceback` of frames whose joined text holds these kinds of mark (_Marks)."""
+        servers = self.servers
+        for server, weight in {(plan.server, plan.weight) for plan in plans if plan.mention is not None}:
+            if "version" in kinds or servers.may_record(server, weight, ""):
+                return None
+        current = self.failures.open.get(rank)
+        if current is None or current.finished:
+            return None
+        if self.obs.arch_strength < 1 and "arch" in kinds:
+            return None
+        if not current.request and "request" in kinds:
+            return None
+        return current
 
     def _open_traceback(self, msg: str, plans: list[FramePlan], rank: str | None) -> _OpenTraceback | None:
         """The traceback the frames in `msg` add to, where reading them does nothing else: no mention to

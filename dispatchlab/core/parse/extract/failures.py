@@ -165,9 +165,23 @@ ERRORISH = lazy_compile(
 )
 
 
+# a piece of each of ERRORISH's alternatives: a text without any of them is not errorish
+ERRORISH_PIECES = (
+    "rror",
+    "xception",
+    "ail",
+    "nsupported",
+    "not supported",
+    "ssert",
+    "atal",
+    "o kernel",
+    "requires",
+)
+
+
 def is_errorish(msg: str) -> bool:
-    # substring tests of a piece of each alternative first: the alternation, tried at every offset of a line,
-    # cost a traceback flood's 100,000 frames seconds
+    # substring tests of a piece of each alternative (ERRORISH_PIECES, unrolled) first: the alternation, tried
+    # at every offset of a line, cost a traceback flood's 100,000 frames seconds
     return (
         "rror" in msg
         or "xception" in msg

@@ -69,7 +69,11 @@ def marker_rules() -> tuple[tuple[str, str, int], ...]:
     return _MARKER_RULES
 
 
+VERSION_PIECES = ("ersion", "ERSION", "==", " v", " V")  # what every named version holds
+
+
 def _may_name_version(msg: str) -> bool:
+    # VERSION_PIECES, unrolled
     return "ersion" in msg or "ERSION" in msg or "==" in msg or " v" in msg or " V" in msg
 
 
