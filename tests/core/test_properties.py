@@ -77,3 +77,24 @@ def test_arbitrary_bytes_parse_without_raising(data: bytes):
 def test_mangled_args_dumps_and_launch_commands_never_raise(text: str):
     parse_server_args("ServerArgs(" + text)
     parse_launch_command("python -m sglang.launch_server " + text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(["[2026-01-28 20:52:56 TP0] ", "[1784273406.684686] ", "[2", "[2025-09-12T15:42:57Z] "]),
+    st.lists(
+        st.sampled_from(
+            [*"abcXYZ019 :-_.[]()\"'/=,", "rank0]:", "(Worker pid=3) ", "INFO 01-01 ", "Line 3: "]
+        ),
+        max_size=30,
+    ).map("".join),
+)
+def test_a_line_that_starts_with_a_clock_is_split_as_if_every_wrapper_were_tried(start, rest):
+    """split_line's shortcut for SGLang's clock (`[` and a digit, no `|`, no escape) gives what trying every
+    wrapper gives: each wrapper's line starts otherwise or holds a `|`."""
+    from dispatchlab.core.parse import lineformat
+
+    text = start + rest
+    if "|" in text:
+        return
+    assert lineformat._unwrap(text) == lineformat._unwrap_all(text) == (text, None)

@@ -151,6 +151,12 @@ def _wrapper(text: str) -> re.Match[str] | None:
 
 def _unwrap(text: str) -> tuple[str, str | None]:
     """Strip wrappers (compose, docker -t, syslog, torchrun, Ray actors): the text and a torchrun rank."""
+    if text[:1] == "[" and text[1:2].isdigit() and "|" not in text and "\x1b" not in text:
+        return text, None  # SGLang's clock, most lines of its logs: no wrapper starts so or holds neither
+    return _unwrap_all(text)
+
+
+def _unwrap_all(text: str) -> tuple[str, str | None]:
     rank: str | None = None
     if _has_escape(text):
         text = _ANSI.sub("", text)  # Ray colours its actor prefixes

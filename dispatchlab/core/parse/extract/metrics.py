@@ -9,19 +9,17 @@ from dispatchlab.core.parse.lineformat import split_line
 from dispatchlab.core.parse.observations import Observations
 from dispatchlab.core.reading import decode_line
 
+# each field as SGLang's statistics lines print it, then as vLLM's: a line is searched for its own server's
+# form only (an alternation of both was tried at every character of the line)
 _FIELDS = [
-    (
-        "gen_throughput",
-        lazy_compile(r"gen throughput \(token/s\): ([\d.]+)|Avg generation throughput: ([\d.]+)"),
-    ),
-    (
-        "input_throughput",
-        lazy_compile(r"input throughput \(token/s\): ([\d.]+)|Avg prompt throughput: ([\d.]+)"),
-    ),
-    ("running", lazy_compile(r"#running-req: (\d+)|Running: (\d+) reqs")),
-    ("queued", lazy_compile(r"#queue-req: (\d+)|Waiting: (\d+) reqs")),
-    ("token_usage", lazy_compile(r"token usage: ([\d.]+)|KV cache usage: ([\d.]+)%")),
+    ("gen_throughput", r"gen throughput \(token/s\): ([\d.]+)", r"Avg generation throughput: ([\d.]+)"),
+    ("input_throughput", r"input throughput \(token/s\): ([\d.]+)", r"Avg prompt throughput: ([\d.]+)"),
+    ("running", r"#running-req: (\d+)", r"Running: (\d+) reqs"),
+    ("queued", r"#queue-req: (\d+)", r"Waiting: (\d+) reqs"),
+    ("token_usage", r"token usage: ([\d.]+)", r"KV cache usage: ([\d.]+)%"),
 ]
+_SGLANG_FIELDS = [(name, lazy_compile(sglang)) for name, sglang, _vllm in _FIELDS]
+_VLLM_FIELDS = [(name, lazy_compile(vllm)) for name, _sglang, vllm in _FIELDS]
 
 
 def _number(text: str | None) -> float | None:
@@ -56,11 +54,10 @@ class Metrics:
         if kind != "prefill":
             obs.first_decode_line = obs.first_decode_line or number
         point: dict[str, Any] = {"line": number, "time": line.time, "rank": line.rank, "kind": kind}
-        for field_name, pattern in _FIELDS:
-            found = pattern.search(line.msg)
-            point[field_name] = (
-                _number(next((g for g in found.groups() if g is not None), None)) if found else None
-            )
+        msg = line.msg
+        for field_name, pattern in _VLLM_FIELDS if kind == "vllm" else _SGLANG_FIELDS:
+            found = pattern.search(msg)
+            point[field_name] = _number(found.group(1)) if found else None
         if point["token_usage"] is not None and kind == "vllm":
             point["token_usage"] = point["token_usage"] / 100.0
         obs.last_metric_line = number
