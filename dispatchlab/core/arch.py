@@ -127,14 +127,9 @@ def arch_from_statement(msg: str) -> str | None:
 ARCH_MARKS = ("sm", "SM", "Sm", "sM", "/1")  # what every weak hint holds
 
 
-def might_hint_arch(msg: str) -> bool:
-    """Whether weak_arch_hint may find anything in `msg` (or in any piece of it)."""
-    # ARCH_MARKS tested one by one: a generator over them cost a traceback's every frame a microsecond
-    return "sm" in msg or "SM" in msg or "Sm" in msg or "sM" in msg or "/1" in msg
-
-
 def weak_arch_hint(msg: str) -> str | None:
-    if not might_hint_arch(msg):
+    # ARCH_MARKS tested one by one: a generator over them cost a traceback's every frame a microsecond
+    if not ("sm" in msg or "SM" in msg or "Sm" in msg or "sM" in msg or "/1" in msg):
         return None
     m = WEAK_ARCH.search(msg)
     if not m:

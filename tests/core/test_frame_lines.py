@@ -107,25 +107,25 @@ def test_a_flood_of_tracebacks_read_the_quick_way_gives_the_document(tmp_path, m
 
     target = tmp_path / "flood.log"
     target.write_text(_flood(300) + EDGES + _flood(50))
-    runs, lines = [], []
-    real_run, real_line = framelines.QuickFrames.read_run, framelines.QuickFrames.read
-    monkeypatch.setattr(
-        framelines.QuickFrames, "read_run", lambda *args: runs.append(r := real_run(*args)) or r
-    )
-    monkeypatch.setattr(
-        framelines.QuickFrames, "read", lambda *args: lines.append(r := real_line(*args)) or r
-    )
+    runs: list[tuple[int, bool]] = []  # (frame lines read at once, read the quick way)
+    real_run = framelines.QuickFrames.read_run
+
+    def read_run(self, text, ends, first, stop, plans, rank):
+        runs.append((stop - first, done := real_run(self, text, ends, first, stop, plans, rank)))
+        return done
+
+    monkeypatch.setattr(framelines.QuickFrames, "read_run", read_run)
     if not quick:
-        monkeypatch.setattr(framelines.QuickFrames, "read_run", lambda *args: False)
+        monkeypatch.setattr(framelines.QuickFrames, "read_whole", lambda *args: 0)
     fast = analyze_paths([target])
     with monkeypatch.context() as patched:
         patched.setattr(framelines, "QUICK", False)
         slow = analyze_paths([target])
     assert fast == slow
     if quick:
-        assert runs.count(True) > 250  # most tracebacks' frames at once
+        assert sum(1 for size, done in runs if size > 1 and done) > 250  # most tracebacks' frames at once
     else:
-        assert lines.count(True) > 1500
+        assert sum(1 for size, done in runs if size == 1 and done) > 1500
     assert fast["tracebacks"][0]["frames"][0]["function"] == "step_aa_0"
     assert len(fast["tracebacks"][0]["frames"]) == 3
 

@@ -13,15 +13,13 @@ import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from dispatchlab.core.arch import ARCH_MARKS, might_hint_arch
+from dispatchlab.core.arch import ARCH_MARKS
 from dispatchlab.core.parse.chunkscan import ChunkScan
 from dispatchlab.core.parse.extract.environment import Environment
 from dispatchlab.core.parse.extract.failures import (
     ERRORISH_PIECES,
     Failures,
     _OpenTraceback,
-    is_errorish,
-    request_logged,
 )
 from dispatchlab.core.parse.extract.servers import VERSION_PIECES, ServerMentions, marker_rules
 from dispatchlab.core.parse.lineformat import Line
@@ -88,7 +86,6 @@ def read_frame_line(
         failures.frame_line(line, frame)
 
 
-_INDENTS = (b" ", b"\t")
 _INDENT_BYTES = (32, 9)
 
 
@@ -131,8 +128,9 @@ class QuickFrames:
     """The common frame lines read with no Line made: indented, no gutter or escape (split_line's first case),
     inside an open traceback, mentioning no server it may still record, naming no error or arch. Any other
     line is left to `read_frame_line`, nothing changed. A traceback's frames are first tried as a whole
-    (`read_run`: every test once over their joined text, where a mark across two lines only sends them the
-    long way), then one by one (`read`). tests/core/test_frame_lines.py compares both with the long way."""
+    (`read_whole`: every test once over their joined text, where a mark across two lines only sends them the
+    long way), then one by one (`read_run` of one line). tests/core/test_frame_lines.py compares both with the
+    long way."""
 
     def __init__(
         self,
@@ -196,24 +194,12 @@ class QuickFrames:
                 frames.append(Frame(file, int(line), function))
         return True
 
-    def read(self, raw: bytes, plan: FramePlan, rank: str | None) -> bool:
-        """Reads the frame line `raw` of process `rank` as read_frame_line would; False where it must."""
-        if raw[:1] not in _INDENTS or b"|" in raw or b"+" in raw or b"\x1b" in raw or b"Line " in raw:
-            return False
-        msg = raw.decode("utf-8", "replace")
-        current = self._open_traceback(msg, [plan], rank)
-        if current is None:
-            return False
-        frame = self.regex(plan.frame).search(msg)
-        if frame is not None and len(current.tb.frames) < MAX_FRAMES:
-            file, number, function = frame.group("file", "line", "func")
-            current.tb.frames.append(Frame(file, int(number), function))
-        return True
-
     def _run_traceback(
         self, kinds: set[str], plans: list[FramePlan], rank: str | None
     ) -> _OpenTraceback | None:
-        """`_open_traceback` of frames whose joined text holds these kinds of mark (_Marks)."""
+        """The traceback the frames add to, where reading them does nothing else (their joined text holding
+        these kinds of mark, _Marks): no mention to record (ServerMentions), no arch hint to weigh
+        (Environment.weak_hint), no request or kernel to note (Failures); else None."""
         servers = self.servers
         for server, weight in {(plan.server, plan.weight) for plan in plans if plan.mention is not None}:
             if "version" in kinds or servers.may_record(server, weight, ""):
@@ -224,22 +210,5 @@ class QuickFrames:
         if self.obs.arch_strength < 1 and "arch" in kinds:
             return None
         if not current.request and "request" in kinds:
-            return None
-        return current
-
-    def _open_traceback(self, msg: str, plans: list[FramePlan], rank: str | None) -> _OpenTraceback | None:
-        """The traceback the frames in `msg` add to, where reading them does nothing else: no mention to
-        record (ServerMentions), no arch hint to weigh (Environment.weak_hint), no request or kernel to note
-        (Failures); else None."""
-        servers = self.servers
-        for server, weight in {(plan.server, plan.weight) for plan in plans if plan.mention is not None}:
-            if servers.may_record(server, weight, msg):
-                return None
-        current = self.failures.open.get(rank)
-        if current is None or current.finished or is_errorish(msg):
-            return None
-        if self.obs.arch_strength < 1 and might_hint_arch(msg):
-            return None
-        if not current.request and request_logged(msg):
             return None
         return current

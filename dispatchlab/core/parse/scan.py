@@ -235,10 +235,12 @@ class Scan:
             self.current_key = key = hit_keys[number]
             if run_keys is not None:
                 run_keys.append(key)
-            raw = text[ends[number - 1] if number else 0 : ends[number]]
-            if quick is not None and quick.read(raw, plan, self.last_process):
+            if quick is not None and quick.read_run(
+                text, ends, number, number + 1, [plan], self.last_process
+            ):
                 number += 1
                 continue
+            raw = text[ends[number - 1] if number else 0 : ends[number]]
             line = split_line(base + hit_lines[number] + 1, decode_line(raw), self.obs.year)
             if line.prefixed or line.time or line.style != "plain":
                 self._read_line(line, scan.rule_sets[hit_rules[number]], b"")
